@@ -1,0 +1,455 @@
+"""Which attributes: plain callables that turn a call's row, request, result or verdict into attributes.
+
+An extractor is any callable ``extractor(call) -> Mapping[str, value] | None``. It receives a
+:class:`Call`: the bound arguments, the instance, the located row or request, and — when it runs
+after the call — the result or the exception. By default an extractor runs after the call;
+mark it with :func:`at_start` to run before the span starts, so that samplers see what it returns.
+For the ``health`` role an extractor runs once per verdict, with ``call.verdict`` set.
+
+Example::
+
+    def dataset_name(call):
+        return {"my.dataset": call.row["dataset"]} if call.row else None
+
+    GymInstrumentor().instrument(extractors={"dispatch": [at_start(dataset_name)]})
+
+The defaults below implement SPEC sections 2-4. They read ids, indices, numbers and verdict
+names only: no prompt, response or other row content.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from opentelemetry import baggage
+
+from gym_instrument import semconv
+from gym_instrument.record import utf8_safe
+
+Attributes = Mapping[str, Any]
+Extractor = Callable[["Call"], "Attributes | None"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__bool__": lambda self: False})()
+
+_INT64_MAX = 2**63 - 1
+_TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id", "task_name")
+_INDEX_FORM = re.compile(r"^(\d+)-(\d+)(?:-a(\d+))?$")
+# A task id rendered from a mapping or a list is bounded: deeper levels and further items
+# are cut, so a hostile or self-referential row cannot make it large or recurse forever.
+_TASK_ID_MAX_DEPTH = 6
+_TASK_ID_MAX_ITEMS = 64
+_TASK_ID_MAX_CHARS = 1024
+
+
+def at_start(extractor: F) -> F:
+    """Mark an extractor to run before the span starts (its attributes reach the sampler)."""
+    extractor.__gym_at_start__ = True  # type: ignore[attr-defined]
+    return extractor
+
+
+def runs_at_start(extractor: Callable[..., Any]) -> bool:
+    return getattr(extractor, "__gym_at_start__", False) is True
+
+
+class ArgLocator:
+    """Where a call's row (or request) sits, found once from the signature when wrapping.
+
+    The argument is looked up by name in the keywords, else by position: the position of the
+    first candidate name among the parameters, else the first positional argument after self.
+    """
+
+    __slots__ = ("names", "_index_unbound", "_index_bound")
+
+    def __init__(self, function: Callable[..., Any], names: Sequence[str], explicit: str | None = None) -> None:
+        self.names: tuple[str, ...] = (explicit,) if explicit else tuple(names)
+        try:
+            params = inspect.signature(function, follow_wrapped=False).parameters.values()
+            positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            positional = []
+        index: int | None = next((positional.index(name) for name in self.names if name in positional), None)
+        if index is None:
+            # Not named: the first positional argument (wrapt passes args without a bound self/cls).
+            self._index_unbound: int | None = None if explicit else 0
+            self._index_bound: int | None = None if explicit else 0
+        else:
+            self._index_unbound = index
+            self._index_bound = index - 1 if index >= 1 else None
+
+    def find(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """The argument's value for one call, or MISSING."""
+        if kwargs:
+            for name in self.names:
+                if name in kwargs:
+                    return kwargs[name]
+        index = self._index_unbound if instance is None else self._index_bound
+        if index is not None and index < len(args):
+            return args[index]
+        return MISSING
+
+
+class Call:
+    """One call of a wrapped function, as extractors see it."""
+
+    __slots__ = ("role", "target", "function", "instance", "args", "kwargs", "result", "exception", "verdict", "_row", "_locator", "_identity")
+
+    def __init__(
+        self,
+        role: str,
+        target: Any,
+        function: Callable[..., Any],
+        instance: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        locator: ArgLocator | None,
+    ) -> None:
+        self.role = role
+        self.target = target
+        self.function = function
+        self.instance = instance
+        self.args = args
+        self.kwargs = kwargs
+        self.result: Any = MISSING
+        self.exception: BaseException | None = None
+        self.verdict: Any = MISSING
+        self._locator = locator
+        self._row: Any = MISSING if locator is not None else None
+        self._identity: RolloutIdentity | None = None
+
+    @property
+    def row(self) -> Any:
+        """The dispatch row, or the verify/health request: the argument the target points at."""
+        if self._row is MISSING:
+            found = self._locator.find(self.instance, self.args, self.kwargs)  # type: ignore[union-attr]
+            self._row = None if found is MISSING else found
+        return self._row
+
+    @property
+    def identity(self) -> RolloutIdentity:
+        if self._identity is None:
+            self._identity = rollout_identity(self.row)
+        return self._identity
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """All arguments by parameter name (bound lazily: only extractors that ask pay for it)."""
+        try:
+            signature = inspect.signature(self.function)
+            bound = signature.bind_partial(*self.args, **self.kwargs)
+        except (TypeError, ValueError):
+            return dict(self.kwargs)
+        return dict(bound.arguments)
+
+
+# ---------------------------------------------------------------------------------------------
+# Field access that tolerates mappings, pydantic models, plain objects and hostile ones.
+
+
+def field(obj: Any, name: str) -> Any:
+    """``obj[name]`` for a mapping, else ``obj.name`` (pydantic extras included); MISSING when absent or unreadable."""
+    try:
+        if type(obj) is dict:
+            return obj.get(name, MISSING)
+        if obj is None or isinstance(obj, (str, bytes, int, float)):
+            return MISSING
+        if isinstance(obj, Mapping):
+            return obj.get(name, MISSING)
+        value = getattr(obj, name, MISSING)
+        if value is MISSING:
+            extra = getattr(obj, "__pydantic_extra__", None)
+            if type(extra) is dict:
+                return extra.get(name, MISSING)
+        return value
+    except Exception:  # a hostile row must not cost the span: treat the field as absent
+        return MISSING
+
+
+def index_value(value: Any) -> int | None:
+    """An int >= 0 that fits int64 (not a bool), else None."""
+    if type(value) is int and 0 <= value <= _INT64_MAX:
+        return value
+    return None
+
+
+def _bounded_plain(value: Any, depth: int, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return "…"
+    if value is None or type(value) in (bool, float):
+        return value
+    if type(value) is int:
+        return value if -_INT64_MAX - 1 <= value <= _INT64_MAX else "…"
+    if isinstance(value, str):
+        return utf8_safe(str.__str__(value)[:_TASK_ID_MAX_CHARS])
+    if depth >= _TASK_ID_MAX_DEPTH:
+        return "…"
+    if isinstance(value, Mapping):
+        plain: dict[str, Any] = {}
+        for index, (key, item) in enumerate(value.items()):
+            if index >= _TASK_ID_MAX_ITEMS:
+                plain["…"] = "…"
+                break
+            if isinstance(key, str):
+                key = utf8_safe(str.__str__(key)[:_TASK_ID_MAX_CHARS])
+            elif type(key) in (int, float, bool) or key is None:
+                key = json.dumps(key)
+            else:
+                continue
+            plain[key] = _bounded_plain(item, depth + 1, budget)
+        return plain
+    if isinstance(value, (list, tuple)):
+        return [_bounded_plain(item, depth + 1, budget) for item in value[:_TASK_ID_MAX_ITEMS]]
+    return "…"
+
+
+def render_task_id(value: Any) -> str | None:
+    """A task id as a string: ``str()`` of a scalar, compact sorted JSON of a mapping or list."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        return utf8_safe(str.__str__(value)) if value else None
+    if type(value) is int:
+        return str(value) if -_INT64_MAX - 1 <= value <= _INT64_MAX else None
+    if type(value) is float:
+        return repr(value)
+    if isinstance(value, (Mapping, list, tuple)):
+        rendered = json.dumps(
+            _bounded_plain(value, 0, [_TASK_ID_MAX_ITEMS * 4]), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        return rendered if len(rendered) <= _TASK_ID_MAX_CHARS else rendered[: _TASK_ID_MAX_CHARS - 1] + "…"
+    return None
+
+
+def task_id_of(row: Any) -> str | None:
+    for name in _TASK_ID_FIELDS:
+        value = field(row, name)
+        if value is MISSING or value is None or isinstance(value, bool) or (isinstance(value, str) and not value):
+            continue
+        rendered = render_task_id(value)
+        if rendered is not None:
+            return rendered
+    return None
+
+
+def rollout_id_string(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return utf8_safe(str.__str__(value))
+    return None
+
+
+def index_form(task_index: int, rollout_index: int, attempt: int | None) -> str:
+    if attempt:
+        return f"{task_index}-{rollout_index}-a{attempt}"
+    return f"{task_index}-{rollout_index}"
+
+
+def parse_index_form(rollout_id: str) -> tuple[int, int, int | None] | None:
+    """``"3-1"`` -> (3, 1, None); ``"3-1-a2"`` -> (3, 1, 2); anything else -> None."""
+    match = _INDEX_FORM.match(rollout_id)
+    if match is None:
+        return None
+    task_index, rollout_index, attempt = match.groups()
+    parsed = int(task_index), int(rollout_index), None if attempt is None else int(attempt)
+    if any(part is not None and part > _INT64_MAX for part in parsed):
+        return None
+    return parsed
+
+
+class RolloutIdentity:
+    """What names one rollout attempt: task id and indices from the row, and its rollout id."""
+
+    __slots__ = ("task_id", "task_index", "rollout_index", "attempt", "rollout_id", "custom_id", "agent_name")
+
+    def __init__(self) -> None:
+        self.task_id: str | None = None
+        self.task_index: int | None = None
+        self.rollout_index: int | None = None
+        self.attempt: int | None = None
+        self.rollout_id: str | None = None
+        self.custom_id = False  # an explicit id that is not the index form
+        self.agent_name: str | None = None
+
+
+def rollout_identity(row: Any) -> RolloutIdentity:
+    identity = RolloutIdentity()
+    if row is None:
+        return identity
+    episode = field(row, "episode_id")
+    if episode is not MISSING and episode is not None and not isinstance(episode, (str, int)):
+        # NeMo Gym's native episode body: {"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", ...}}
+        identity.rollout_id = rollout_id_string(field(episode, "rollout_id"))
+        identity.attempt = index_value(field(episode, "attempt"))
+        task = field(row, "task")
+        if task is not MISSING:
+            identity.task_id = task_id_of(task)
+        if identity.rollout_id is not None:
+            parsed = parse_index_form(identity.rollout_id)
+            if parsed is None:
+                identity.custom_id = True
+            else:
+                identity.task_index, identity.rollout_index, parsed_attempt = parsed
+                if identity.attempt is None:
+                    identity.attempt = parsed_attempt
+    else:
+        identity.task_id = task_id_of(row)
+        identity.task_index = index_value(field(row, "_ng_task_index"))
+        identity.rollout_index = index_value(field(row, "_ng_rollout_index"))
+        identity.attempt = index_value(field(row, "_ng_attempt_index"))
+        explicit = rollout_id_string(field(row, "_ng_rollout_id"))
+        if explicit is not None:
+            identity.rollout_id = explicit
+            identity.custom_id = parse_index_form(explicit) is None
+        elif identity.task_index is not None and identity.rollout_index is not None:
+            identity.rollout_id = index_form(identity.task_index, identity.rollout_index, identity.attempt)
+    agent = field(row, "agent_ref")
+    if agent is not MISSING and agent is not None:
+        identity.agent_name = rollout_id_string(field(agent, "name"))
+    return identity
+
+
+# ---------------------------------------------------------------------------------------------
+# Default extractors, one family per role.
+
+
+@at_start
+def dispatch_attributes(call: Call) -> dict[str, Any]:
+    """SPEC section 2: task id, indices, rollout id and agent name from the dispatched row."""
+    identity = call.identity
+    attributes: dict[str, Any] = {}
+    if identity.task_id is not None:
+        attributes[semconv.TASK_ID] = identity.task_id
+    if identity.rollout_index is not None:
+        attributes[semconv.ROLLOUT_REPEAT] = identity.rollout_index
+    if identity.task_index is not None:
+        attributes[semconv.TASK_INDEX] = identity.task_index
+    if identity.attempt is not None:
+        attributes[semconv.ROLLOUT_ATTEMPT] = identity.attempt
+    if identity.rollout_id is not None:
+        attributes[semconv.ROLLOUT_ID] = identity.rollout_id
+    if identity.agent_name is not None:
+        attributes[semconv.AGENT_NAME] = identity.agent_name
+    return attributes
+
+
+def request_rollout_id(request: Any) -> str | None:
+    """The rollout id a verify request carries itself, when it does."""
+    if request is None:
+        return None
+    for name in ("_ng_rollout_id", "capture_rollout_id"):
+        explicit = rollout_id_string(field(request, name))
+        if explicit is not None:
+            return explicit
+    task_index = index_value(field(request, "_ng_task_index"))
+    rollout_index = index_value(field(request, "_ng_rollout_index"))
+    if task_index is None or rollout_index is None:
+        return None
+    return index_form(task_index, rollout_index, index_value(field(request, "_ng_attempt_index")))
+
+
+@at_start
+def verify_request_attributes(call: Call) -> dict[str, Any]:
+    """SPEC section 3: the rollout id from the request, else from the propagated baggage."""
+    rollout_id = request_rollout_id(call.row)
+    if rollout_id is None:
+        rollout_id = rollout_id_string(baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID))
+    return {semconv.ROLLOUT_ID: rollout_id} if rollout_id is not None else {}
+
+
+def reward_of(result: Any) -> float | None:
+    """The reward when it is numeric (int or float, not bool), finite and not masked; else None."""
+    if type(result) in (int, float):
+        value = result
+    else:
+        if field(result, "mask_sample") is True:
+            return None
+        value = field(result, "reward")
+        if type(value) not in (int, float):
+            return None
+    try:
+        reward = float(value)
+    except OverflowError:
+        return None
+    return reward if math.isfinite(reward) else None
+
+
+def verify_result_attributes(call: Call) -> dict[str, Any]:
+    """SPEC section 3: reward (numeric, unmasked only), masked flag and failure kind."""
+    result = call.result
+    if result is MISSING:
+        return {}
+    attributes: dict[str, Any] = {}
+    reward = reward_of(result)
+    if reward is not None:
+        attributes[semconv.ROLLOUT_REWARD] = reward
+    if type(result) not in (int, float):
+        masked = field(result, "mask_sample")
+        if type(masked) is bool:
+            attributes[semconv.VERIFY_MASKED] = masked
+        failure_kind = field(result, "failure_kind")
+        if isinstance(failure_kind, str) and failure_kind:
+            attributes[semconv.FAILURE_KIND] = utf8_safe(str.__str__(failure_kind))
+    return attributes
+
+
+def _is_verdict(value: Any) -> bool:
+    return any(field(value, name) is not MISSING for name in ("verdict", "rollout_id", "task_index"))
+
+
+def verdicts_of(result: Any) -> Sequence[Any]:
+    """The verdicts in a health result: ``.rollouts`` / ``["rollouts"]``, a list of verdicts, or one verdict.
+
+    One-shot iterators are never consumed: the host still needs them.
+    """
+    if isinstance(result, (list, tuple)):
+        return result
+    rollouts = field(result, "rollouts")
+    if isinstance(rollouts, (list, tuple)):
+        return rollouts
+    if result is not None and _is_verdict(result):
+        return (result,)
+    return ()
+
+
+def verdict_checks(verdict: Any) -> list[str]:
+    """Sorted, distinct check ids of a verdict's findings."""
+    findings = field(verdict, "findings")
+    if not isinstance(findings, (list, tuple)):
+        return []
+    checks = set()
+    for finding in findings:
+        check = field(finding, "check")
+        if isinstance(check, str) and check:
+            checks.add(utf8_safe(str.__str__(check)))
+    return sorted(checks)
+
+
+def verdict_attributes(call: Call) -> dict[str, Any]:
+    """SPEC section 4: the verdict name and the sorted distinct failed checks."""
+    verdict = call.verdict
+    attributes: dict[str, Any] = {semconv.HEALTH_CHECKS: verdict_checks(verdict)}
+    name = field(verdict, "verdict")
+    if isinstance(name, str):
+        attributes[semconv.HEALTH_VERDICT] = utf8_safe(str.__str__(name))
+    return attributes
+
+
+def verdict_identity(verdict: Any) -> tuple[str | None, int | None, int | None]:
+    """A verdict's rollout id and (task index, rollout index); other index types match nothing."""
+    return (
+        rollout_id_string(field(verdict, "rollout_id")),
+        index_value(field(verdict, "task_index")),
+        index_value(field(verdict, "rollout_index")),
+    )
+
+
+DEFAULT_EXTRACTORS: dict[str, tuple[Extractor, ...]] = {
+    semconv.ROLE_DISPATCH: (dispatch_attributes,),
+    semconv.ROLE_VERIFY: (verify_request_attributes, verify_result_attributes),
+    semconv.ROLE_HEALTH: (verdict_attributes,),
+}

@@ -1,0 +1,205 @@
+"""The bounded memory that lets a health verdict find its (already ended) dispatch span.
+
+Each remembered dispatch costs one dict entry: a small int key for the usual ``(task index,
+rollout index)`` identity (a string key for a custom rollout id) and one int that packs the
+trace id, span id, sampled flag and attempt. Order for oldest-first eviction is a deque of
+keys; positions made stale by a retry or a consumed entry are skipped when they reach the
+front (a per-key count says how many), and the deque is compacted when stale positions pile
+up. ``dict`` order alone would not do: popping its first key scans past every deleted slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import NamedTuple
+
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from gym_instrument.extract import index_form, parse_index_form
+
+_LOG = logging.getLogger(__name__)
+
+_ATTEMPT_BITS = 16
+_ATTEMPT_MAX = (1 << _ATTEMPT_BITS) - 1  # larger attempts are stored as this and match by indices only
+_SPAN_SHIFT = 1 + _ATTEMPT_BITS
+_TRACE_SHIFT = _SPAN_SHIFT + 64
+_SPAN_MASK = (1 << 64) - 1
+
+
+def _index_key(task_index: int, rollout_index: int) -> int:
+    # Small ints for the usual sizes (cheaper objects); a second, negative range keeps it injective.
+    if rollout_index < (1 << 16) and task_index < (1 << 40):
+        return (task_index << 16) | rollout_index
+    return -(((task_index << 64) | rollout_index) + 1)
+
+
+class DispatchLink(NamedTuple):
+    """A remembered dispatch: its span context and rollout id."""
+
+    span_context: SpanContext
+    rollout_id: str
+
+
+class DispatchLinks:
+    """Dispatch span contexts by rollout identity, bounded by ``capacity``, oldest evicted first.
+
+    Thread-safe (one lock; no awaits inside), so asyncio tasks, threads and the worker thread
+    a health pass runs in can share it.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"link capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.evictions = 0
+        self._entries: dict[int | str, int] = {}
+        # For dispatches with both indices and a custom id (the index key is then primary):
+        self._custom_of_index: dict[int, str] = {}
+        self._index_of_custom: dict[str, int] = {}
+        self._warned = False
+        self._order: deque[int | str] = deque()
+        self._stale: dict[int | str, int] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def remember(
+        self,
+        span_context: SpanContext,
+        task_index: int | None,
+        rollout_index: int | None,
+        attempt: int | None,
+        custom_id: str | None,
+    ) -> bool:
+        """Remember an ended dispatch; a later attempt of the same indices replaces the earlier one."""
+        has_indices = task_index is not None and rollout_index is not None
+        if not has_indices and custom_id is None:
+            return False
+        packed = (
+            (span_context.trace_id << _TRACE_SHIFT)
+            | (span_context.span_id << _SPAN_SHIFT)
+            | (min(attempt or 0, _ATTEMPT_MAX) << 1)
+            | (span_context.trace_flags & 1)
+        )
+        evicted = False
+        with self._lock:
+            if has_indices:
+                primary: int | str = _index_key(task_index, rollout_index)  # type: ignore[arg-type]
+                if primary in self._entries:
+                    self._discard_primary(primary)
+                if custom_id is not None:
+                    if custom_id in self._entries:
+                        self._discard_custom(custom_id)
+                    self._entries[custom_id] = packed
+                    self._custom_of_index[primary] = custom_id  # type: ignore[index]
+                    self._index_of_custom[custom_id] = primary  # type: ignore[assignment]
+            else:
+                primary = custom_id  # type: ignore[assignment]
+                if primary in self._entries:
+                    self._discard_custom(primary)  # type: ignore[arg-type]
+            self._entries[primary] = packed
+            self._order.append(primary)
+            self._size += 1
+            while self._size > self.capacity:
+                self._evict_oldest()
+                evicted = True
+            if len(self._order) > 2 * self._size + 1024:
+                self._compact()
+        if evicted and not self._warned:
+            self._warned = True
+            _LOG.warning(
+                "gym_instrument: %d remembered dispatch spans reached the link capacity; the oldest are "
+                "evicted and their health verdicts will find no dispatch span (raise "
+                "OTEL_PYTHON_GYM_LINK_CAPACITY or link_capacity to keep more)",
+                self.capacity,
+            )
+        return True
+
+    def take(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
+        """Find and forget the dispatch a verdict names (each dispatch is found at most once)."""
+        attempt_wanted: int | None = None
+        explicit = False
+        if rollout_id is not None:
+            parsed = parse_index_form(rollout_id)
+            if parsed is None:
+                explicit = True
+            else:
+                parsed_task, parsed_rollout, attempt_wanted = parsed
+                if task_index is None or rollout_index is None:
+                    task_index, rollout_index = parsed_task, parsed_rollout
+                elif (task_index, rollout_index) != (parsed_task, parsed_rollout):
+                    return None  # a verdict that contradicts itself names no dispatch
+        with self._lock:
+            if explicit:
+                packed = self._entries.get(rollout_id)  # type: ignore[arg-type]
+                if packed is None:
+                    return None
+                self._discard_custom(rollout_id)  # type: ignore[arg-type]
+                return DispatchLink(_unpack(packed), rollout_id)  # type: ignore[arg-type]
+            if task_index is None or rollout_index is None:
+                return None
+            key = _index_key(task_index, rollout_index)
+            packed = self._entries.get(key)
+            if packed is None:
+                return None
+            attempt = (packed >> 1) & _ATTEMPT_MAX
+            if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
+                return None  # an attempt-qualified id names an attempt a retry has replaced
+            custom_id = self._custom_of_index.get(key)
+            self._discard_primary(key)
+        return DispatchLink(_unpack(packed), custom_id or index_form(task_index, rollout_index, attempt))
+
+    # -- under the lock ----------------------------------------------------------------------
+
+    def _discard_primary(self, key: int | str) -> None:
+        del self._entries[key]
+        self._stale[key] = self._stale.get(key, 0) + 1
+        self._size -= 1
+        if type(key) is int:
+            custom_id = self._custom_of_index.pop(key, None)
+            if custom_id is not None:
+                del self._index_of_custom[custom_id]
+                del self._entries[custom_id]
+
+    def _discard_custom(self, custom_id: str) -> None:
+        """Forget a dispatch found by its custom id, whether the id or its indices are its primary key."""
+        index_key = self._index_of_custom.get(custom_id)
+        self._discard_primary(custom_id if index_key is None else index_key)
+
+    def _evict_oldest(self) -> None:
+        while self._order:
+            key = self._order.popleft()
+            stale = self._stale.get(key)
+            if stale:
+                if stale == 1:
+                    del self._stale[key]
+                else:
+                    self._stale[key] = stale - 1
+                continue
+            self._discard_primary(key)
+            # _discard_primary counted this position stale, but it has just left the deque.
+            stale = self._stale[key] - 1
+            if stale:
+                self._stale[key] = stale
+            else:
+                del self._stale[key]
+            self.evictions += 1
+            return
+
+    def _compact(self) -> None:
+        custom_secondaries = set(self._custom_of_index.values())
+        self._order = deque(key for key in self._entries if key not in custom_secondaries)
+        self._stale.clear()
+
+
+def _unpack(packed: int) -> SpanContext:
+    return SpanContext(
+        trace_id=packed >> _TRACE_SHIFT,
+        span_id=(packed >> _SPAN_SHIFT) & _SPAN_MASK,
+        is_remote=False,
+        trace_flags=TraceFlags(packed & 1),
+    )

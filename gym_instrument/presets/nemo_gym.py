@@ -1,0 +1,28 @@
+"""NeMo Gym (package ``nemo-gym``): the collector's dispatch, the resources servers' verify and
+the rollout-health pass. Every target is optional: a NeMo Gym version without it is fine."""
+
+from __future__ import annotations
+
+from gym_instrument.targets import Target
+
+TARGETS: tuple[Target, ...] = (
+    # Every rollout goes through this generic client method as a POST to an agent's /run; the
+    # same method carries /verify, /seed_session, model calls and more, which are not rollouts.
+    Target(
+        "nemo_gym.server_utils:ServerClient.post",
+        "dispatch",
+        when={"url_path": "/run"},
+        row_arg="json",
+        optional=True,
+    ),
+    # Each resources server overrides verify in its own subclass (often in __main__): the base
+    # class target reaches every override, existing or defined later.
+    Target(
+        "nemo_gym.base_resources_server:SimpleResourcesServer.verify",
+        "verify",
+        row_arg="body",
+        optional=True,
+    ),
+    # Newer releases only; imported lazily by the collector, so the module attribute is patched.
+    Target("nemo_gym.rollout_health:run_health_checks", "health", optional=True),
+)

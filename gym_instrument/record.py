@@ -1,0 +1,198 @@
+"""Spans and metrics, with the OpenTelemetry API only.
+
+Everything that touches a tracer or a meter lives here: finding out whether anything records
+at all (cheaply, per call), checking attribute values against what OpenTelemetry and an OTLP
+exporter accept, ending spans with the error rules, and the bounded metric instruments.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
+
+from gym_instrument import semconv
+from gym_instrument.version import __version__
+
+_LOG = logging.getLogger("gym_instrument")
+_SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_SCALARS = (str, bool, int, float)
+
+
+def utf8_safe(text: str) -> str:
+    """The string itself when it encodes as UTF-8; else with lone surrogates replaced.
+
+    An OTLP exporter drops its whole batch on one string that is not valid UTF-8.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _clean_scalar(value: Any) -> Any:
+    kind = type(value)
+    if kind is str:
+        return utf8_safe(value)
+    if kind is bool or kind is float:
+        return value
+    if kind is int:
+        return value if _INT64_MIN <= value <= _INT64_MAX else None
+    if isinstance(value, str):  # subclasses: use the plain string, not a custom __str__
+        return utf8_safe(str.__str__(value))
+    return None
+
+
+def clean_value(value: Any) -> Any:
+    """A valid OpenTelemetry attribute value an OTLP exporter can encode, or None to drop it."""
+    cleaned = _clean_scalar(value)
+    if cleaned is not None or value is None:
+        return cleaned
+    if isinstance(value, (list, tuple)):
+        items = [_clean_scalar(item) for item in value]
+        kinds = {type(item) for item in items}
+        if None in items or len(kinds) > 1:
+            return None  # mixed or unencodable items: OpenTelemetry wants one type per sequence
+        return tuple(items)
+    return None
+
+
+def clean_attributes(attributes: Mapping[str, Any], into: dict[str, Any]) -> None:
+    """Copy the attributes that fit into ``into``; drop (with a debug line) those that do not."""
+    for key, value in attributes.items():
+        if not isinstance(key, str) or not key:
+            continue
+        cleaned = clean_value(value)
+        if cleaned is None:
+            _LOG.debug("gym_instrument: dropped attribute %r: not a valid OpenTelemetry value", utf8_safe(key))
+            continue
+        into[utf8_safe(key)] = cleaned
+
+
+def error_type(exception: BaseException) -> str:
+    kind = type(exception)
+    module = getattr(kind, "__module__", None)
+    return kind.__qualname__ if module in (None, "builtins") else f"{module}.{kind.__qualname__}"
+
+
+class _Once:
+    """Logs a failing callable once, not once per call."""
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+
+    def failed(self, what: str, culprit: object) -> None:
+        if id(culprit) in self._seen:
+            return
+        self._seen.add(id(culprit))
+        name = getattr(culprit, "__qualname__", None) or type(culprit).__qualname__
+        _LOG.warning("gym_instrument: %s %s raised; it is skipped for this call", what, name, exc_info=True)
+
+
+FAILURES = _Once()
+
+
+def run_extractors(extractors: Iterable[Callable[[Any], Any]], call: Any, into: dict[str, Any]) -> None:
+    """Run extractors into an attribute dict; one that raises or returns junk never reaches the host."""
+    for extractor in extractors:
+        try:
+            attributes = extractor(call)
+            if attributes:
+                clean_attributes(attributes, into)
+        except Exception:
+            FAILURES.failed("extractor", extractor)
+
+
+class Recorder:
+    """The tracer, meter and instruments one ``instrument()`` (or one decorator) records with."""
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None, meter_provider: metrics.MeterProvider | None = None) -> None:
+        self._tracer_provider = tracer_provider
+        self._meter_provider = meter_provider
+        self._tracer: trace.Tracer | None = None
+        self._instruments: dict[str, Any] | None = None
+
+    # -- tracing -------------------------------------------------------------------------------
+
+    def tracer(self) -> trace.Tracer | None:
+        """The tracer, or None when nothing would record: no SDK, or instrumentation suppressed."""
+        tracer = self._tracer
+        if tracer is None:
+            tracer = self._resolve_tracer()
+            if tracer is None:
+                return None
+        if not is_instrumentation_enabled():
+            return None
+        return tracer
+
+    def _resolve_tracer(self) -> trace.Tracer | None:
+        provider = self._tracer_provider or trace.get_tracer_provider()
+        if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+            return None  # no SDK yet: checked again on the next call, so a later SDK is picked up
+        tracer = trace.get_tracer(semconv.INSTRUMENTATION_NAME, __version__, provider, schema_url=_SCHEMA_URL)
+        if isinstance(tracer, trace.NoOpTracer):
+            return None
+        self._tracer = tracer
+        return tracer
+
+    @staticmethod
+    def end_span(span: Span, exception: BaseException | None, cancelled: bool = False) -> None:
+        if exception is not None and span.is_recording():
+            if cancelled:
+                span.set_attribute(semconv.ERROR_TYPE, semconv.ERROR_TYPE_CANCELLED)
+                span.set_status(Status(StatusCode.ERROR, "cancelled"))
+            else:
+                span.set_attribute(semconv.ERROR_TYPE, error_type(exception))
+                span.record_exception(exception, escaped=True)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exception).__name__}: {exception}"[:256]))
+        span.end()
+
+    def emit_child(self, tracer: trace.Tracer, name: str, parent: SpanContext, attributes: dict[str, Any]) -> None:
+        """A span whose parent is an already-ended span: same trace, not made current."""
+        parent_context: Context = trace.set_span_in_context(NonRecordingSpan(parent))
+        tracer.start_span(name, context=parent_context, kind=SpanKind.INTERNAL, attributes=attributes).end()
+
+    # -- metrics (bounded attributes only: never ids, rewards or free text) ----------------------
+
+    def _meter_instruments(self) -> dict[str, Any] | None:
+        instruments = self._instruments
+        if instruments is not None:
+            return instruments
+        provider = self._meter_provider or metrics.get_meter_provider()
+        if type(provider).__name__ in ("_ProxyMeterProvider", "NoOpMeterProvider"):
+            return None  # no SDK: metrics cost a type check
+        meter = metrics.get_meter(semconv.INSTRUMENTATION_NAME, __version__, provider, schema_url=_SCHEMA_URL)
+        self._instruments = {
+            semconv.METRIC_REWARDED: meter.create_counter(
+                semconv.METRIC_REWARDED, unit="{rollout}", description="Verifies that put a numeric, unmasked reward on their span"
+            ),
+            semconv.METRIC_DISPATCHES: meter.create_counter(
+                semconv.METRIC_DISPATCHES, unit="{rollout}", description="Rollout dispatches by outcome (ok, error, cancelled)"
+            ),
+            semconv.METRIC_VERDICTS: meter.create_counter(
+                semconv.METRIC_VERDICTS, unit="{rollout}", description="Health verdicts of traced rollouts by verdict"
+            ),
+            semconv.METRIC_LINK_EVICTIONS: meter.create_counter(
+                semconv.METRIC_LINK_EVICTIONS,
+                unit="{span}",
+                description="Remembered dispatch spans evicted at capacity before their health verdict",
+            ),
+        }
+        return self._instruments
+
+    def count(self, metric: str, attributes: Mapping[str, str] | None = None, amount: int = 1) -> None:
+        try:
+            instruments = self._meter_instruments()
+            if instruments is not None:
+                instruments[metric].add(amount, attributes)
+        except Exception:
+            FAILURES.failed("metric", self.count)

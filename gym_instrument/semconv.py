@@ -1,0 +1,48 @@
+"""Names of the spans, attributes and metrics this package emits (SPEC sections 2-5)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+INSTRUMENTATION_NAME: Final = "gym_instrument"
+
+# Roles: what a wrapped function does in a rollout pipeline.
+ROLE_DISPATCH: Final = "dispatch"
+ROLE_VERIFY: Final = "verify"
+ROLE_HEALTH: Final = "health"
+ROLES: Final = (ROLE_DISPATCH, ROLE_VERIFY, ROLE_HEALTH)
+
+# Spans.
+SPAN_DISPATCH: Final = "gym.rollout.dispatch"
+SPAN_VERIFY: Final = "gym.verify"
+SPAN_HEALTH: Final = "gym.rollout.health"
+
+# Span attributes.
+TASK_ID: Final = "nemo.gym.task.id"
+TASK_INDEX: Final = "nemo.gym.task.index"
+ROLLOUT_REPEAT: Final = "nemo.gym.rollout.repeat"
+ROLLOUT_ATTEMPT: Final = "nemo.gym.rollout.attempt"
+ROLLOUT_ID: Final = "nemo.gym.rollout.id"
+AGENT_NAME: Final = "nemo.gym.agent.name"
+ROLLOUT_REWARD: Final = "nemo.gym.rollout.reward"
+VERIFY_MASKED: Final = "nemo.gym.verify.masked"
+FAILURE_KIND: Final = "nemo.gym.failure_kind"
+HEALTH_VERDICT: Final = "nemo.gym.health.verdict"
+HEALTH_CHECKS: Final = "nemo.gym.health.checks"
+ERROR_TYPE: Final = "error.type"
+ERROR_TYPE_CANCELLED: Final = "cancelled"
+
+# W3C baggage entry that names the rollout in everything a dispatch causes.
+BAGGAGE_ROLLOUT_ID: Final = "nemo.gym.rollout.id"
+
+# Metrics: bounded attributes only (SPEC section 5).
+METRIC_REWARDED: Final = "gym.rollout.rewarded_total"
+METRIC_DISPATCHES: Final = "gym.rollout.dispatches"
+METRIC_VERDICTS: Final = "gym.rollout.verdicts"
+METRIC_LINK_EVICTIONS: Final = "gym.link.evictions"
+OUTCOME: Final = "outcome"
+OUTCOME_OK: Final = "ok"
+OUTCOME_ERROR: Final = "error"
+OUTCOME_CANCELLED: Final = "cancelled"
+VERDICT_OTHER: Final = "other"
+KNOWN_VERDICTS: Final = frozenset({"healthy", "unhealthy", "unobserved"})

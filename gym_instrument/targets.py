@@ -1,0 +1,321 @@
+"""Where: which functions are wrapped, found how, and put back exactly.
+
+A :class:`Target` names a function by import path (``"package.module:Qualified.name"``) and a
+role. The :class:`Patcher` wraps it with wrapt when its module is imported — now, if it already
+is, or later through a post-import hook — and, for a method, also every override of it in a
+subclass, existing or defined later (``__init_subclass__`` on the base class). ``restore()``
+puts back every original object it replaced (classmethod and staticmethod objects included)
+and disarms pending hooks; the wrapt hook registry only grows by one entry per module ever.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import wrapt
+
+from gym_instrument import semconv
+from gym_instrument.extract import DEFAULT_EXTRACTORS, Extractor
+from gym_instrument.roles import ROLES, Binding, wrapper_for
+
+_LOG = logging.getLogger("gym_instrument")
+_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A function to wrap, by import path and role.
+
+    Example::
+
+        Target("my_loop.rollouts:Runner.send", "dispatch", row_arg="episode")
+        Target("nemo_gym.server_utils:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json")
+        Target.parse("my_loop.scoring:score=verify")
+
+    ``when`` maps argument names to the value the call must pass for it to be traced.
+    ``row_arg`` points at the argument holding the row (dispatch) or request (verify).
+    ``extractors`` run for this target on top of the role's defaults, or instead of them with
+    ``default_extractors=False``. ``optional`` targets (presets) may be absent from a version of
+    their library: that is logged at debug level only.
+    """
+
+    path: str
+    role: str
+    when: Mapping[str, Any] | None = None
+    row_arg: str | None = None
+    extractors: tuple[Extractor, ...] = ()
+    default_extractors: bool = True
+    optional: bool = False
+    name: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not _PATH.match(self.path):
+            raise ValueError(f"target {self.path!r}: expected 'package.module:Qualified.name'")
+        if self.role not in semconv.ROLES:
+            raise ValueError(f"target {self.path!r}: unknown role {self.role!r}; expected one of {', '.join(semconv.ROLES)}")
+        object.__setattr__(self, "extractors", tuple(self.extractors))
+        if not all(callable(extractor) for extractor in self.extractors):
+            raise ValueError(f"target {self.path!r}: every extractor must be callable")
+
+    @property
+    def module(self) -> str:
+        return self.path.partition(":")[0]
+
+    @property
+    def qualname(self) -> str:
+        return self.path.partition(":")[2]
+
+    @classmethod
+    def parse(cls, spec: str | Target) -> Target:
+        """A target from the short form ``"package.module:Qualified.name=role"`` (or a Target)."""
+        if isinstance(spec, Target):
+            return spec
+        if not isinstance(spec, str):
+            raise ValueError(f"target {spec!r}: expected 'package.module:Qualified.name=role' or a Target")
+        path, separator, role = spec.strip().rpartition("=")
+        if not separator:
+            raise ValueError(f"target {spec.strip()!r}: expected 'package.module:Qualified.name=role'")
+        return cls(path.strip(), role.strip())
+
+    def __str__(self) -> str:
+        return f"{self.path}={self.role}"
+
+
+class GymWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
+    """The wrapt wrapper this package installs; recognisable, so nothing is wrapped twice."""
+
+
+def is_gym_wrapper(value: Any) -> bool:
+    return isinstance(value, GymWrapper)
+
+
+def make_wrapper(
+    original: Any,
+    target: Target,
+    extra_extractors: Iterable[Extractor] = (),
+    replace_defaults: bool = False,
+) -> GymWrapper:
+    """Wrap one function object (or classmethod/staticmethod object) for a target's role."""
+    role = ROLES[target.role]
+    extractors: list[Extractor] = []
+    if target.default_extractors and not replace_defaults:
+        extractors.extend(DEFAULT_EXTRACTORS[target.role])
+    extractors.extend(extra_extractors)
+    extractors.extend(target.extractors)
+    function = getattr(original, "__func__", original)
+    binding = Binding(role, function, target, extractors, row_arg=target.row_arg, when=target.when)
+    wrapper = GymWrapper(original, wrapper_for(binding, original))
+    wrapper._self_gym_binding = binding
+    return wrapper
+
+
+# One wrapt post-import hook per module name, for the life of the process: wrapt cannot remove a
+# hook, so ours dispatches to whichever patchers are armed now, and arming again adds nothing.
+_HOOK_LOCK = threading.RLock()
+_PENDING_HOOKS: set[str] = set()
+_PATCHERS_BY_MODULE: dict[str, list[Patcher]] = {}
+
+
+def _on_import(module: ModuleType) -> None:
+    name = module.__name__
+    with _HOOK_LOCK:
+        _PENDING_HOOKS.discard(name)
+        patchers = list(_PATCHERS_BY_MODULE.get(name, ()))
+    for patcher in patchers:
+        patcher.patch_module(module)  # never raises: an exception here would fail the user's import
+
+
+@dataclass
+class _Patch:
+    owner: Any
+    attribute: str
+    original: Any
+    wrapper: GymWrapper
+
+
+class Patcher:
+    """Arms targets, wraps them as their modules appear, and restores every original."""
+
+    def __init__(self, extractors: Mapping[str, Iterable[Extractor]] | None = None, replace_defaults: Iterable[str] = ()) -> None:
+        self._extractors = {role: tuple(extractors.get(role, ())) for role in semconv.ROLES} if extractors else {}
+        self._replace_defaults = frozenset(replace_defaults)
+        self._targets: dict[str, list[Target]] = {}
+        self._patches: list[_Patch] = []
+        self._subclass_hooks: list[tuple[type, Any]] = []  # (base class, previous __dict__ value or None)
+        self._watched: dict[type, list[Target]] = {}
+        self._lock = threading.RLock()
+        self.armed = False
+
+    # -- arming --------------------------------------------------------------------------------
+
+    def arm(self, targets: Iterable[Target]) -> None:
+        self.armed = True
+        for target in targets:
+            self._targets.setdefault(target.module, []).append(target)
+        for module_name in self._targets:
+            with _HOOK_LOCK:
+                _PATCHERS_BY_MODULE.setdefault(module_name, []).append(self)
+                already = sys.modules.get(module_name)
+                register = already is None and module_name not in _PENDING_HOOKS
+                if register:
+                    _PENDING_HOOKS.add(module_name)
+            if already is not None:
+                self.patch_module(already)
+            elif register:
+                wrapt.register_post_import_hook(_on_import, module_name)
+
+    def patch_module(self, module: ModuleType) -> None:
+        if not self.armed:
+            return
+        for target in self._targets.get(module.__name__, ()):
+            try:
+                self._patch_target(module, target)
+            except Exception as error:
+                level = logging.DEBUG if target.optional else logging.WARNING
+                _LOG.log(level, "gym_instrument: target %s not instrumented: %s", target, error)
+
+    def _patch_target(self, module: ModuleType, target: Target) -> None:
+        owner: Any = module
+        *owner_path, attribute = target.qualname.split(".")
+        for part in owner_path:
+            owner = getattr(owner, part)
+        if attribute not in vars(owner):
+            raise AttributeError(f"{module.__name__}:{target.qualname} does not exist")
+        with self._lock:
+            self._wrap(owner, attribute, target)
+            if isinstance(owner, type):
+                self._reach_subclasses(owner, attribute, target)
+
+    def _wrap(self, owner: Any, attribute: str, target: Target) -> None:
+        original = vars(owner)[attribute]
+        if is_gym_wrapper(original):
+            return  # already ours (instrumented twice, or a decorated function): one span per call
+        if not callable(getattr(original, "__func__", original)):
+            raise TypeError(f"{target.path} is not a function")
+        wrapper = make_wrapper(
+            original,
+            target,
+            self._extractors.get(target.role, ()),
+            replace_defaults=target.role in self._replace_defaults,
+        )
+        setattr(owner, attribute, wrapper)
+        self._patches.append(_Patch(owner, attribute, original, wrapper))
+
+    def _reach_subclasses(self, base: type, attribute: str, target: Target) -> None:
+        """Wrap overrides in existing subclasses, and arrange for future ones to be wrapped too."""
+        pending = list(type.__subclasses__(base)) if base is not type else []
+        seen: set[int] = set()
+        while pending:
+            subclass = pending.pop()
+            if id(subclass) in seen:
+                continue
+            seen.add(id(subclass))
+            if attribute in vars(subclass):
+                self._wrap(subclass, attribute, target)
+            pending.extend(type.__subclasses__(subclass))
+        if base not in self._watched:
+            self._watch_subclasses(base)
+        self._watched.setdefault(base, []).append(target)
+
+    def _watch_subclasses(self, base: type) -> None:
+        patcher = self
+        previous = vars(base).get("__init_subclass__")
+
+        def __init_subclass__(cls: type, **kwargs: Any) -> None:
+            if previous is not None:
+                previous.__get__(None, cls)(**kwargs)
+            else:
+                super(base, cls).__init_subclass__(**kwargs)
+            patcher._on_subclass(base, cls)
+
+        setattr(base, "__init_subclass__", classmethod(__init_subclass__))
+        self._subclass_hooks.append((base, previous))
+
+    def _on_subclass(self, base: type, subclass: type) -> None:
+        if not self.armed:
+            return
+        for target in self._watched.get(base, ()):
+            attribute = target.qualname.rsplit(".", 1)[-1]
+            try:
+                if attribute in vars(subclass):
+                    with self._lock:
+                        self._wrap(subclass, attribute, target)
+            except Exception as error:
+                _LOG.warning("gym_instrument: override %s.%s not instrumented: %s", subclass.__qualname__, attribute, error)
+
+    # -- restoring -----------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Put back every original object and disarm hooks; wrappers someone wrapped over are disarmed."""
+        with self._lock:
+            self.armed = False
+            with _HOOK_LOCK:
+                for module_name in self._targets:
+                    patchers = _PATCHERS_BY_MODULE.get(module_name, [])
+                    if self in patchers:
+                        patchers.remove(self)
+                    if not patchers:
+                        _PATCHERS_BY_MODULE.pop(module_name, None)
+            for patch in reversed(self._patches):
+                if vars(patch.owner).get(patch.attribute) is patch.wrapper:
+                    setattr(patch.owner, patch.attribute, patch.original)
+                else:
+                    patch.wrapper._self_gym_binding.armed = False  # someone wrapped over it: pass through
+            for base, previous in reversed(self._subclass_hooks):
+                if previous is None:
+                    if "__init_subclass__" in vars(base):
+                        delattr(base, "__init_subclass__")
+                else:
+                    setattr(base, "__init_subclass__", previous)
+            self._patches.clear()
+            self._subclass_hooks.clear()
+            self._watched.clear()
+            self._targets.clear()
+
+
+def check_importable(target: Target) -> str | None:
+    """Why a target's top-level package cannot be imported, or None (its modules are not imported)."""
+    import importlib.util
+
+    top = target.module.split(".")[0]
+    try:
+        if top in sys.modules or importlib.util.find_spec(top) is not None:
+            return None
+    except (ImportError, ValueError) as error:
+        return f"target {target}: cannot import {top!r}: {error}"
+    return f"target {target}: no module named {top!r}"
+
+
+def decorate(role: str, function: Callable[..., Any] | None, **options: Any) -> Any:
+    """The decorators' engine: ``@dispatch`` or ``@dispatch(row_arg=..., extractors=[...])``."""
+
+    def apply(to_wrap: Callable[..., Any]) -> Any:
+        if is_gym_wrapper(to_wrap):
+            return to_wrap
+        raw = getattr(to_wrap, "__func__", to_wrap)
+        module = getattr(raw, "__module__", None) or "__main__"
+        qualname = getattr(raw, "__qualname__", "function").replace("<locals>.", "").replace("<", "").replace(">", "")
+        path = f"{module}:{qualname}"
+        if not _PATH.match(path):
+            path = "__main__:function"
+        target = Target(
+            path,
+            role,
+            when=options.get("when"),
+            row_arg=options.get("row_arg"),
+            extractors=tuple(options.get("extractors", ())),
+            default_extractors=options.get("default_extractors", True),
+        )
+        return make_wrapper(to_wrap, target)
+
+    unknown = set(options) - {"when", "row_arg", "extractors", "default_extractors"}
+    if unknown:
+        raise TypeError(f"unexpected options {sorted(unknown)}")
+    return apply if function is None else apply(function)
