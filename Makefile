@@ -27,3 +27,12 @@ lint: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+bench: venv
+	$(BIN)/python benchmarks/run.py
+
+fuzz: venv
+	GYM_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/reliability -k property
+
+e2e:
+	$(PYTHON) e2e/run.py

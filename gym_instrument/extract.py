@@ -398,7 +398,7 @@ def verify_result_attributes(call: Call) -> dict[str, Any]:
 
 
 def _is_verdict(value: Any) -> bool:
-    return any(field(value, name) is not MISSING for name in ("verdict", "rollout_id", "task_index"))
+    return any(field(value, name) is not MISSING for name in ("verdict", "rollout_id", "task_index", "_ng_task_index"))
 
 
 def verdicts_of(result: Any) -> Sequence[Any]:
@@ -441,11 +441,11 @@ def verdict_attributes(call: Call) -> dict[str, Any]:
 
 def verdict_identity(verdict: Any) -> tuple[str | None, int | None, int | None]:
     """A verdict's rollout id and (task index, rollout index); other index types match nothing."""
-    return (
-        rollout_id_string(field(verdict, "rollout_id")),
-        index_value(field(verdict, "task_index")),
-        index_value(field(verdict, "rollout_index")),
-    )
+    task_index = field(verdict, "task_index")
+    rollout_index = field(verdict, "rollout_index")
+    if task_index is MISSING and rollout_index is MISSING:  # a rollout_verdicts.jsonl row
+        task_index, rollout_index = field(verdict, "_ng_task_index"), field(verdict, "_ng_rollout_index")
+    return rollout_id_string(field(verdict, "rollout_id")), index_value(task_index), index_value(rollout_index)
 
 
 DEFAULT_EXTRACTORS: dict[str, tuple[Extractor, ...]] = {
