@@ -26,10 +26,14 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from opentelemetry import baggage
+from opentelemetry import baggage, context
 
 from gym_instrument import semconv
 from gym_instrument.record import utf8_safe
+
+# The rollout id when baggage is kept in-process only (OTEL_PYTHON_GYM_BAGGAGE=false): a plain
+# context value, which no propagator writes into outgoing headers.
+ROLLOUT_ID_CONTEXT_KEY = context.create_key(semconv.BAGGAGE_ROLLOUT_ID)
 
 Attributes = Mapping[str, Any]
 Extractor = Callable[["Call"], "Attributes | None"]
@@ -358,6 +362,8 @@ def verify_request_attributes(call: Call) -> dict[str, Any]:
     rollout_id = request_rollout_id(call.row)
     if rollout_id is None:
         rollout_id = rollout_id_string(baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID))
+    if rollout_id is None:
+        rollout_id = rollout_id_string(context.get_value(ROLLOUT_ID_CONTEXT_KEY))
     return {semconv.ROLLOUT_ID: rollout_id} if rollout_id is not None else {}
 
 

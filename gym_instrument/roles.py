@@ -27,6 +27,7 @@ from opentelemetry.trace import Span, SpanKind
 from gym_instrument import semconv
 from gym_instrument.extract import (
     MISSING,
+    ROLLOUT_ID_CONTEXT_KEY,
     ArgLocator,
     Call,
     Extractor,
@@ -36,10 +37,6 @@ from gym_instrument.extract import (
 )
 from gym_instrument.linkage import DispatchLinks
 from gym_instrument.record import FAILURES, Recorder, run_extractors
-
-# The rollout id when baggage is kept in-process only (OTEL_PYTHON_GYM_BAGGAGE=false): a plain
-# context value, which no propagator writes into outgoing headers.
-ROLLOUT_ID_CONTEXT_KEY = context.create_key(semconv.BAGGAGE_ROLLOUT_ID)
 
 # (role, object) of the gym call running in this context: a nested call of the same role on
 # the same object (an override calling super(), a function reachable through two wrapped

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gym_instrument import GymInstrumentor
+from gym_instrument import GymInstrumentor, Target
 
 DATA = Path(__file__).parent / "data"
 
@@ -77,3 +77,96 @@ def instrument(telemetry: Telemetry) -> Iterator[Callable[..., GymInstrumentor]]
     for instrumentor in instrumentors:
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()
+
+
+PIPELINE_SOURCE = '''
+"""A small rollout pipeline shaped like NeMo Gym's: a client that POSTs rows, resources servers
+that verify, a health pass. No telemetry code."""
+
+import asyncio
+
+
+class ServerClient:
+    async def post(self, server_name, url_path, **kwargs):
+        await asyncio.sleep(0)
+        if kwargs.get("json", {}).get("fail"):
+            raise ConnectionError("agent unreachable")
+        return {"server": server_name, "path": url_path, "row": kwargs.get("json")}
+
+    def post_sync(self, server_name, url_path, **kwargs):
+        if kwargs.get("json", {}).get("fail"):
+            raise ConnectionError("agent unreachable")
+        return {"server": server_name, "path": url_path, "row": kwargs.get("json")}
+
+
+class SimpleResourcesServer:
+    async def verify(self, body):
+        return {"reward": 0.0}
+
+
+class McqaResourcesServer(SimpleResourcesServer):
+    async def verify(self, body):
+        return body["result"]
+
+
+class Agent:
+    """An in-process agent: its episode verifies the rollout it was dispatched for."""
+
+    def __init__(self, server):
+        self.server = server
+
+    async def run(self, row):
+        return await self.server.verify({"result": row.get("result", {"reward": 1.0})})
+
+
+def run_health_checks(rollout_paths, workers=None):
+    return {"rollouts": list(rollout_paths)}
+
+
+def send_row(row):
+    return {"echo": row}
+
+
+def score(request):
+    return request["result"]
+'''
+
+
+@pytest.fixture
+def make_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """Write a fresh, not yet imported module and return its name (unique per call)."""
+    import sys
+    import uuid
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    created: list[str] = []
+
+    def _make(source: str = PIPELINE_SOURCE) -> str:
+        name = f"gym_test_{uuid.uuid4().hex[:10]}"
+        (tmp_path / f"{name}.py").write_text(source)
+        created.append(name)
+        return name
+
+    yield _make
+    for name in created:
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def pipeline(make_module: Callable[..., str], instrument: Callable[..., GymInstrumentor]) -> Any:
+    """The sample pipeline, imported after instrument() with dispatch/verify/health targets on it."""
+    import importlib
+
+    name = make_module()
+    instrument(
+        targets=[
+            Target(f"{name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
+            Target(f"{name}:ServerClient.post_sync", "dispatch", when={"url_path": "/run"}, row_arg="json"),
+            Target(f"{name}:SimpleResourcesServer.verify", "verify"),
+            f"{name}:Agent.run=dispatch",
+            f"{name}:run_health_checks=health",
+            f"{name}:send_row=dispatch",
+            f"{name}:score=verify",
+        ]
+    )
+    return importlib.import_module(name)

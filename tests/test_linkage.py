@@ -1,0 +1,257 @@
+"""SPEC section 4: health spans as children of their already-ended dispatch spans."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gym_instrument import semconv
+from gym_instrument.linkage import DispatchLinks
+from tests.conftest import load_jsonl
+
+
+@dataclass
+class Finding:
+    check: str
+    subject: str = "rollout"
+    locator: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutDigest:
+    task_index: Any
+    rollout_index: Any
+    rollout_id: str
+    verdict: str
+    findings: list[Finding] = field(default_factory=list)
+    unobserved: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HealthCheckResult:
+    rollouts: list[RolloutDigest]
+
+
+def dispatch_rows(pipeline: Any, rows: list[dict[str, Any]]) -> None:
+    client = pipeline.ServerClient()
+
+    async def run_all() -> None:
+        await asyncio.gather(*(client.post("agent", "/run", json=row) for row in rows))
+
+    asyncio.run(run_all())
+
+
+def by_rollout_id(spans: Any) -> dict[str, Any]:
+    return {span.attributes[semconv.ROLLOUT_ID]: span for span in spans}
+
+
+def test_health_span_is_child_of_the_ended_dispatch(pipeline: Any, telemetry: Any) -> None:
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": r} for t in range(3) for r in range(2)]
+    dispatch_rows(pipeline, rows)
+    dispatches = by_rollout_id(telemetry.spans(semconv.SPAN_DISPATCH))
+    digests = [
+        RolloutDigest(0, 0, "0-0", "healthy"),
+        RolloutDigest(1, 1, "1-1", "unhealthy", [Finding("model_call_failed"), Finding("agent_turn_hollow"), Finding("model_call_failed")]),
+        RolloutDigest(2, 0, "2-0", "unobserved"),
+    ]
+    result = HealthCheckResult(digests)
+    assert pipeline.run_health_checks(digests) == {"rollouts": digests}
+    health = by_rollout_id(telemetry.spans(semconv.SPAN_HEALTH))
+    assert set(health) == {"0-0", "1-1", "2-0"}
+    for rollout_id, span in health.items():
+        parent = dispatches[rollout_id]
+        assert span.context.trace_id == parent.context.trace_id
+        assert span.parent.span_id == parent.context.span_id
+        assert span.start_time >= parent.end_time  # the dispatch had already ended
+        assert span.kind.name == "INTERNAL"
+    assert health["1-1"].attributes[semconv.HEALTH_CHECKS] == ("agent_turn_hollow", "model_call_failed")
+    assert health["1-1"].attributes[semconv.HEALTH_VERDICT] == "unhealthy"
+    assert health["0-0"].attributes[semconv.HEALTH_CHECKS] == ()
+    assert health["2-0"].attributes[semconv.HEALTH_VERDICT] == "unobserved"
+    assert result.rollouts is digests
+
+
+def test_real_verdict_rows_find_their_dispatches(pipeline: Any, telemetry: Any) -> None:
+    verdicts = load_jsonl("crafted_verdicts.jsonl")
+    rows = [
+        {"_ng_task_index": v["_ng_task_index"], "_ng_rollout_index": v["_ng_rollout_index"]}
+        for v in verdicts
+        if isinstance(v["_ng_task_index"], int) and v["rollout_id"] != "my-explicit-id"
+    ]
+    rows.append({"_ng_task_index": 0, "_ng_rollout_index": 1, "_ng_rollout_id": "my-explicit-id"})
+    dispatch_rows(pipeline, rows)
+    pipeline.run_health_checks(verdicts)
+    health = by_rollout_id(telemetry.spans(semconv.SPAN_HEALTH))
+    traced = [v for v in verdicts if isinstance(v["_ng_task_index"], int)]
+    assert len(health) == len(traced) == len(rows)  # the unreadable record (string index) matches nothing
+    for verdict in traced:
+        span = health[verdict["rollout_id"]]
+        assert span.attributes[semconv.HEALTH_VERDICT] == verdict["verdict"]
+        assert list(span.attributes[semconv.HEALTH_CHECKS]) == sorted({f["check"] for f in verdict["findings"]})
+
+
+def test_second_health_pass_adds_nothing(pipeline: Any, telemetry: Any) -> None:
+    dispatch_rows(pipeline, [{"_ng_task_index": 0, "_ng_rollout_index": 0}])
+    digests = [RolloutDigest(0, 0, "0-0", "healthy")]
+    pipeline.run_health_checks(digests)
+    pipeline.run_health_checks(digests)
+    assert len(telemetry.spans(semconv.SPAN_HEALTH)) == 1
+
+
+def test_no_orphan_for_an_untraced_rollout(pipeline: Any, telemetry: Any) -> None:
+    dispatch_rows(pipeline, [{"_ng_task_index": 0, "_ng_rollout_index": 0}])
+    pipeline.run_health_checks(
+        [
+            RolloutDigest(9, 9, "9-9", "unhealthy", [Finding("model_call_failed")]),
+            RolloutDigest("0", "0", "weird", "healthy"),
+            {"rollout_id": "never-dispatched", "verdict": "healthy"},
+        ]
+    )
+    assert telemetry.spans(semconv.SPAN_HEALTH) == []
+
+
+def test_retry_wins_over_the_first_attempt(pipeline: Any, telemetry: Any) -> None:
+    """NeMo Gym's digest says "0-0" for a rollout whose dispatch was "0-0-a1"."""
+    dispatch_rows(pipeline, [{"_ng_task_index": 0, "_ng_rollout_index": 0}])
+    dispatch_rows(pipeline, [{"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_attempt_index": 1}])
+    retry = by_rollout_id(telemetry.spans(semconv.SPAN_DISPATCH))["0-0-a1"]
+    pipeline.run_health_checks([RolloutDigest(0, 0, "0-0", "healthy")])
+    (health,) = telemetry.spans(semconv.SPAN_HEALTH)
+    assert health.parent.span_id == retry.context.span_id
+    assert health.attributes[semconv.ROLLOUT_ID] == "0-0-a1"
+
+
+def test_indices_only_verdict_matches_latest_attempt(pipeline: Any, telemetry: Any) -> None:
+    for attempt in (0, 1, 2):
+        dispatch_rows(pipeline, [{"_ng_task_index": 4, "_ng_rollout_index": 2, "_ng_attempt_index": attempt}])
+    latest = by_rollout_id(telemetry.spans(semconv.SPAN_DISPATCH))["4-2-a2"]
+    pipeline.run_health_checks([{"task_index": 4, "rollout_index": 2, "verdict": "healthy"}])
+    (health,) = telemetry.spans(semconv.SPAN_HEALTH)
+    assert health.parent.span_id == latest.context.span_id
+
+
+def test_attempt_qualified_id_matches_that_attempt_only(pipeline: Any, telemetry: Any) -> None:
+    dispatch_rows(pipeline, [{"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_attempt_index": 2}])
+    pipeline.run_health_checks([{"rollout_id": "3-1-a1", "verdict": "healthy"}])
+    assert telemetry.spans(semconv.SPAN_HEALTH) == []  # attempt 1 was never the remembered one
+    pipeline.run_health_checks([{"rollout_id": "3-1-a2", "verdict": "healthy"}])
+    (health,) = telemetry.spans(semconv.SPAN_HEALTH)
+    assert health.attributes[semconv.ROLLOUT_ID] == "3-1-a2"
+
+
+def test_custom_rollout_id_matches_by_id_and_by_indices(pipeline: Any, telemetry: Any) -> None:
+    dispatch_rows(
+        pipeline,
+        [
+            {"_ng_task_index": 0, "_ng_rollout_index": 0, "_ng_rollout_id": "alpha"},
+            {"_ng_task_index": 0, "_ng_rollout_index": 1, "_ng_rollout_id": "beta"},
+        ],
+    )
+    dispatches = by_rollout_id(telemetry.spans(semconv.SPAN_DISPATCH))
+    pipeline.run_health_checks(
+        [{"rollout_id": "alpha", "task_index": 0, "rollout_index": 0, "verdict": "healthy"}, {"task_index": 0, "rollout_index": 1, "verdict": "unhealthy"}]
+    )
+    health = by_rollout_id(telemetry.spans(semconv.SPAN_HEALTH))
+    assert health["alpha"].parent.span_id == dispatches["alpha"].context.span_id
+    assert health["beta"].parent.span_id == dispatches["beta"].context.span_id
+    pipeline.run_health_checks([{"rollout_id": "beta", "verdict": "healthy"}, {"task_index": 0, "rollout_index": 0, "verdict": "x"}])
+    assert len(telemetry.spans(semconv.SPAN_HEALTH)) == 2  # both consumed, whichever way they were found
+
+
+def test_native_episode_dispatch_gets_its_verdict(pipeline: Any, telemetry: Any) -> None:
+    dispatch_rows(pipeline, [{"episode_id": {"rollout_id": "ep-1", "attempt": 0}, "task": {"task_id": {"taskset": "t"}}}])
+    pipeline.run_health_checks([{"rollout_id": "ep-1", "verdict": "healthy"}])
+    (health,) = telemetry.spans(semconv.SPAN_HEALTH)
+    assert health.attributes[semconv.ROLLOUT_ID] == "ep-1"
+
+
+def test_health_result_shapes(pipeline: Any, telemetry: Any) -> None:
+    """``.rollouts``, ``["rollouts"]``, a list, one verdict; a one-shot iterator is left alone."""
+    rows = [{"_ng_task_index": 7, "_ng_rollout_index": r} for r in range(5)]
+    dispatch_rows(pipeline, rows)
+
+    shapes = [
+        HealthCheckResult([RolloutDigest(7, 0, "7-0", "healthy")]),
+        {"rollouts": [{"task_index": 7, "rollout_index": 1, "verdict": "healthy"}]},
+        [RolloutDigest(7, 2, "7-2", "healthy")],
+        RolloutDigest(7, 3, "7-3", "healthy"),
+    ]
+    import gym_instrument
+
+    @gym_instrument.health
+    def judged(result: Any) -> Any:
+        return result
+
+    for shape in shapes:
+        assert judged(shape) is shape
+    generator = (d for d in [RolloutDigest(7, 4, "7-4", "healthy")])
+    assert judged(generator) is generator
+    assert next(generator).rollout_id == "7-4"  # not consumed by the instrumentation
+
+    assert sorted(by_rollout_id(telemetry.spans(semconv.SPAN_HEALTH))) == ["7-0", "7-1", "7-2", "7-3"]
+
+
+def test_health_from_a_worker_thread(pipeline: Any, telemetry: Any) -> None:
+    """The collector runs the health pass via asyncio.to_thread."""
+    dispatch_rows(pipeline, [{"_ng_task_index": 0, "_ng_rollout_index": r} for r in range(4)])
+
+    async def collector() -> Any:
+        return await asyncio.to_thread(pipeline.run_health_checks, [RolloutDigest(0, r, f"0-{r}", "healthy") for r in range(4)])
+
+    asyncio.run(collector())
+    assert len(telemetry.spans(semconv.SPAN_HEALTH)) == 4
+
+
+def test_health_spans_without_metrics(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    import importlib
+
+    name = make_module()
+    instrument(meter_provider=None, targets=[f"{name}:send_row=dispatch", f"{name}:run_health_checks=health"])
+    module = importlib.import_module(name)
+    module.send_row({"_ng_task_index": 1, "_ng_rollout_index": 1})
+    module.run_health_checks([{"task_index": 1, "rollout_index": 1, "verdict": "healthy"}])
+    assert len(telemetry.spans(semconv.SPAN_HEALTH)) == 1
+
+
+def test_capacity_evicts_oldest_and_logs_once(pipeline: Any, telemetry: Any, instrument: Any, caplog: pytest.LogCaptureFixture) -> None:
+    pipeline_module = pipeline
+    from gym_instrument import GymInstrumentor
+
+    GymInstrumentor().uninstrument()
+    name = pipeline_module.__name__
+    instrument(targets=[f"{name}:send_row=dispatch", f"{name}:run_health_checks=health"], link_capacity=3)
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        for rollout in range(5):
+            pipeline_module.send_row({"_ng_task_index": 0, "_ng_rollout_index": rollout})
+    warnings = [r for r in caplog.records if "capacity" in r.getMessage()]
+    assert len(warnings) == 1
+    pipeline_module.run_health_checks([{"task_index": 0, "rollout_index": r, "verdict": "healthy"} for r in range(5)])
+    assert sorted(by_rollout_id(telemetry.spans(semconv.SPAN_HEALTH))) == ["0-2", "0-3", "0-4"]
+
+
+def test_links_are_bounded_and_thread_safe() -> None:
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    links = DispatchLinks(1000)
+
+    def remember(thread: int) -> None:
+        for index in range(5000):
+            context = SpanContext(thread + 1, index + 1, False, TraceFlags(1))
+            links.remember(context, thread, index, None, None)
+
+    threads = [threading.Thread(target=remember, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(links) == 1000
+    assert links.evictions == 4 * 5000 - 1000
+    found = [links.take(None, t, i) for t in range(4) for i in range(5000)]
+    assert sum(link is not None for link in found) == 1000
+    assert len(links) == 0

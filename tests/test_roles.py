@@ -1,0 +1,419 @@
+"""Span behaviour of each role for every kind of function and every exit path."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib
+import logging
+from typing import Any
+
+import pytest
+from opentelemetry import baggage, context, trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import StatusCode
+
+import gym_instrument
+from gym_instrument import semconv
+
+KINDS_SOURCE = '''
+import asyncio
+
+seen_baggage = []
+
+
+def sync_dispatch(row):
+    seen_baggage.append(_current_rollout_id())
+    if row.get("fail"):
+        raise ValueError("bad row")
+    return {"done": row}
+
+
+async def async_dispatch(row):
+    await asyncio.sleep(0)
+    seen_baggage.append(_current_rollout_id())
+    if row.get("fail"):
+        raise ValueError("bad row")
+    if row.get("hang"):
+        await asyncio.sleep(3600)
+    return {"done": row}
+
+
+def gen_dispatch(row):
+    seen_baggage.append(_current_rollout_id())
+    received = yield 1
+    seen_baggage.append(_current_rollout_id())
+    if row.get("fail"):
+        raise ValueError("bad row")
+    yield received
+    return "finished"
+
+
+async def agen_dispatch(row):
+    seen_baggage.append(_current_rollout_id())
+    yield 1
+    await asyncio.sleep(0)
+    if row.get("fail"):
+        raise ValueError("bad row")
+    yield 2
+
+
+class Holder:
+    @classmethod
+    def class_dispatch(cls, row):
+        return (cls.__name__, row)
+
+    @staticmethod
+    def static_dispatch(row):
+        return ("static", row)
+
+    def method_dispatch(self, row):
+        return (self, row)
+
+
+def _current_rollout_id():
+    from opentelemetry import baggage
+    return baggage.get_baggage("nemo.gym.rollout.id")
+'''
+
+ROW = {"_ng_task_index": 2, "_ng_rollout_index": 1}
+
+
+@pytest.fixture
+def kinds(make_module: Any, instrument: Any) -> Any:
+    name = make_module(KINDS_SOURCE)
+    instrument(
+        targets=[
+            f"{name}:{function}=dispatch"
+            for function in (
+                "sync_dispatch",
+                "async_dispatch",
+                "gen_dispatch",
+                "agen_dispatch",
+                "Holder.class_dispatch",
+                "Holder.static_dispatch",
+                "Holder.method_dispatch",
+            )
+        ]
+    )
+    return importlib.import_module(name)
+
+
+def only_dispatch(telemetry: Any) -> Any:
+    (span,) = telemetry.spans(semconv.SPAN_DISPATCH)
+    return span
+
+
+def assert_error(span: Any, error_type: str) -> None:
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes[semconv.ERROR_TYPE] == error_type
+
+
+# -- sync and async functions ---------------------------------------------------------------
+
+
+def test_sync_returns_the_same_object_with_baggage_inside(kinds: Any, telemetry: Any) -> None:
+    row = dict(ROW)
+    result = kinds.sync_dispatch(row)
+    assert result["done"] is row
+    assert kinds.seen_baggage == ["2-1"]
+    assert baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID) is None  # detached afterwards
+    span = only_dispatch(telemetry)
+    assert span.attributes[semconv.ROLLOUT_ID] == "2-1"
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_sync_raises_the_same_exception(kinds: Any, telemetry: Any) -> None:
+    with pytest.raises(ValueError, match="bad row") as raised:
+        kinds.sync_dispatch({**ROW, "fail": True})
+    span = only_dispatch(telemetry)
+    assert_error(span, "ValueError")
+    (event,) = span.events
+    assert event.name == "exception"
+    assert raised.value.__traceback__ is not None
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_same_exception_object(kinds: Any) -> None:
+    class Marker(Exception):
+        pass
+
+    marker = Marker()
+
+    @gym_instrument.dispatch
+    def failing(row: Any) -> None:
+        raise marker
+
+    with pytest.raises(Marker) as raised:
+        failing(ROW)
+    assert raised.value is marker
+
+
+async def test_async_returns_the_same_object(kinds: Any, telemetry: Any) -> None:
+    row = dict(ROW)
+    result = await kinds.async_dispatch(row)
+    assert result["done"] is row
+    assert kinds.seen_baggage == ["2-1"]
+    assert only_dispatch(telemetry).end_time is not None
+
+
+async def test_async_raise(kinds: Any, telemetry: Any) -> None:
+    with pytest.raises(ValueError):
+        await kinds.async_dispatch({**ROW, "fail": True})
+    assert_error(only_dispatch(telemetry), "ValueError")
+
+
+async def test_async_cancelled(kinds: Any, telemetry: Any) -> None:
+    task = asyncio.ensure_future(kinds.async_dispatch({**ROW, "hang": True}))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert_error(only_dispatch(telemetry), "cancelled")
+
+
+async def test_coroutine_never_awaited_leaves_no_span(kinds: Any, telemetry: Any) -> None:
+    coroutine = kinds.async_dispatch(dict(ROW))
+    coroutine.close()
+    assert telemetry.spans() == []
+
+
+async def test_concurrent_async_dispatches_keep_their_own_baggage(kinds: Any, telemetry: Any) -> None:
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": 0} for t in range(50)]
+    await asyncio.gather(*(kinds.async_dispatch(row) for row in rows))
+    assert sorted(kinds.seen_baggage) == sorted(f"{t}-0" for t in range(50))
+    assert len(telemetry.spans(semconv.SPAN_DISPATCH)) == 50
+
+
+# -- generators --------------------------------------------------------------------------------
+
+
+def test_generator_exhausted(kinds: Any, telemetry: Any) -> None:
+    generator = kinds.gen_dispatch(dict(ROW))
+    assert telemetry.spans() == []  # not started until iterated
+    assert next(generator) == 1
+    assert baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID) is None  # not current in the consumer
+    assert generator.send("sent") == "sent"
+    with pytest.raises(StopIteration) as stop:
+        next(generator)
+    assert stop.value.value == "finished"
+    assert kinds.seen_baggage == ["2-1", "2-1"]
+    span = only_dispatch(telemetry)
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_generator_raises(kinds: Any, telemetry: Any) -> None:
+    generator = kinds.gen_dispatch({**ROW, "fail": True})
+    next(generator)
+    with pytest.raises(ValueError):
+        next(generator)
+    assert_error(only_dispatch(telemetry), "ValueError")
+
+
+def test_generator_throw_is_delivered(kinds: Any, telemetry: Any) -> None:
+    generator = kinds.gen_dispatch(dict(ROW))
+    next(generator)
+    with pytest.raises(KeyError):
+        generator.throw(KeyError("from consumer"))
+    assert_error(only_dispatch(telemetry), "KeyError")
+
+
+def test_generator_closed(kinds: Any, telemetry: Any) -> None:
+    generator = kinds.gen_dispatch(dict(ROW))
+    next(generator)
+    generator.close()
+    assert_error(only_dispatch(telemetry), "cancelled")
+
+
+def test_generator_abandoned(kinds: Any, telemetry: Any) -> None:
+    generator = kinds.gen_dispatch(dict(ROW))
+    next(generator)
+    del generator
+    gc.collect()
+    assert_error(only_dispatch(telemetry), "cancelled")
+    assert baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID) is None
+
+
+async def test_async_generator_exhausted(kinds: Any, telemetry: Any) -> None:
+    items = [item async for item in kinds.agen_dispatch(dict(ROW))]
+    assert items == [1, 2]
+    assert only_dispatch(telemetry).status.status_code is StatusCode.UNSET
+
+
+async def test_async_generator_raises(kinds: Any, telemetry: Any) -> None:
+    with pytest.raises(ValueError):
+        async for _ in kinds.agen_dispatch({**ROW, "fail": True}):
+            pass
+    assert_error(only_dispatch(telemetry), "ValueError")
+
+
+async def test_async_generator_closed(kinds: Any, telemetry: Any) -> None:
+    generator = kinds.agen_dispatch(dict(ROW))
+    assert await generator.__anext__() == 1
+    await generator.aclose()
+    assert_error(only_dispatch(telemetry), "cancelled")
+
+
+# -- methods ---------------------------------------------------------------------------------
+
+
+def test_classmethod_staticmethod_and_method(kinds: Any, telemetry: Any) -> None:
+    holder = kinds.Holder()
+    assert kinds.Holder.class_dispatch(ROW) == ("Holder", ROW)
+    assert holder.class_dispatch(ROW) == ("Holder", ROW)
+    assert kinds.Holder.static_dispatch(ROW) == ("static", ROW)
+    assert holder.static_dispatch(ROW) == ("static", ROW)
+    assert holder.method_dispatch(ROW) == (holder, ROW)
+    assert kinds.Holder.method_dispatch(holder, ROW) == (holder, ROW)
+    spans = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert len(spans) == 6
+    assert all(span.attributes[semconv.ROLLOUT_ID] == "2-1" for span in spans)
+
+
+# -- when nothing records -----------------------------------------------------------------------
+
+
+def test_suppressed_instrumentation_extracts_nothing(kinds: Any, telemetry: Any) -> None:
+    calls: list[Any] = []
+
+    @gym_instrument.dispatch(extractors=[lambda call: calls.append(call)])
+    def dispatch(row: Any) -> Any:
+        return row
+
+    with suppress_instrumentation():
+        assert dispatch(ROW) is ROW
+        kinds.sync_dispatch(dict(ROW))
+    assert telemetry.spans() == []
+    assert calls == []
+    assert kinds.seen_baggage == [None]
+
+
+def test_no_sdk_extracts_nothing(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    calls: list[Any] = []
+    name = make_module(KINDS_SOURCE)
+    instrument(
+        tracer_provider=trace.NoOpTracerProvider(),
+        targets=[f"{name}:sync_dispatch=dispatch"],
+        extractors={"dispatch": [gym_instrument.at_start(lambda call: calls.append(call))]},
+    )
+    module = importlib.import_module(name)
+    row = dict(ROW)
+    assert module.sync_dispatch(row)["done"] is row
+    assert calls == []
+    assert module.seen_baggage == [None]
+
+
+def test_sampled_out_span_runs_no_end_extractors(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(telemetry.exporter))
+    ended: list[Any] = []
+    name = make_module(KINDS_SOURCE)
+    instrument(
+        tracer_provider=provider,
+        targets=[f"{name}:sync_dispatch=dispatch"],
+        extractors={"dispatch": [lambda call: ended.append(call)]},
+    )
+    module = importlib.import_module(name)
+    assert module.sync_dispatch(dict(ROW))["done"] == ROW
+    assert ended == []
+    assert telemetry.spans() == []
+
+
+# -- extractors ------------------------------------------------------------------------------
+
+
+def test_raising_extractor_is_logged_once_and_the_span_still_exports(
+    kinds: Any, telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(call: Any) -> dict[str, Any]:
+        raise RuntimeError("extractor bug")
+
+    @gym_instrument.dispatch(extractors=[broken, gym_instrument.at_start(broken)])
+    def dispatch(row: Any) -> Any:
+        return row
+
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        for _ in range(3):
+            assert dispatch(ROW) is ROW
+    spans = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert len(spans) == 3
+    assert all(span.attributes[semconv.ROLLOUT_ID] == "2-1" for span in spans)
+    assert len([r for r in caplog.records if "broken" in r.getMessage()]) == 1
+
+
+def test_extractor_sees_the_call_and_its_result(kinds: Any, telemetry: Any) -> None:
+    seen: dict[str, Any] = {}
+
+    def outcome(call: gym_instrument.Call) -> dict[str, Any]:
+        seen.update(row=call.row, result=call.result, arguments=call.arguments, exception=call.exception)
+        return {"my.outcome": "ok" if call.exception is None else "failed", "my.junk": object(), "my.big": 2**70}
+
+    @gym_instrument.dispatch(extractors=[outcome])
+    def dispatch(row: Any, *, attempt: int = 0) -> Any:
+        return "result"
+
+    dispatch(ROW, attempt=3)
+    (span,) = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert seen == {"row": ROW, "result": "result", "arguments": {"row": ROW, "attempt": 3}, "exception": None}
+    assert span.attributes["my.outcome"] == "ok"
+    assert "my.junk" not in span.attributes and "my.big" not in span.attributes
+
+
+def test_extractors_replace_the_defaults(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    name = make_module(KINDS_SOURCE)
+    instrument(
+        targets=[f"{name}:sync_dispatch=dispatch"],
+        extractors={"dispatch": [gym_instrument.at_start(lambda call: {"only.mine": call.row["_ng_task_index"]})]},
+        replace_default_extractors=["dispatch"],
+    )
+    importlib.import_module(name).sync_dispatch(dict(ROW))
+    assert dict(only_dispatch(telemetry).attributes) == {"only.mine": 2}
+
+
+def test_per_target_extractors(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    name = make_module(KINDS_SOURCE)
+    instrument(
+        targets=[
+            gym_instrument.Target(f"{name}:sync_dispatch", "dispatch", extractors=(lambda call: {"which": "sync"},)),
+            gym_instrument.Target(f"{name}:Holder.static_dispatch", "dispatch", default_extractors=False),
+        ]
+    )
+    module = importlib.import_module(name)
+    module.sync_dispatch(dict(ROW))
+    module.Holder.static_dispatch(dict(ROW))
+    sync_span, static_span = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert sync_span.attributes["which"] == "sync" and sync_span.attributes[semconv.ROLLOUT_ID] == "2-1"
+    assert dict(static_span.attributes) == {}
+
+
+# -- baggage switch ---------------------------------------------------------------------------
+
+
+def test_baggage_off_keeps_the_id_in_process(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    name = make_module()
+    instrument(targets=[f"{name}:Agent.run=dispatch", f"{name}:SimpleResourcesServer.verify=verify"], baggage=False)
+    module = importlib.import_module(name)
+    seen: list[Any] = []
+
+    class Server(module.McqaResourcesServer):
+        async def verify(self, body: Any) -> Any:
+            seen.append(baggage.get_all())
+            return await super().verify(body)
+
+    asyncio.run(module.Agent(Server()).run({"_ng_task_index": 1, "_ng_rollout_index": 0, "result": {"reward": 0.5}}))
+    assert seen == [{}]  # nothing a propagator would write into outgoing headers
+    (verify_span,) = telemetry.spans(semconv.SPAN_VERIFY)
+    assert verify_span.attributes[semconv.ROLLOUT_ID] == "1-0"  # in-process verify still names it
+    assert verify_span.attributes[semconv.ROLLOUT_REWARD] == 0.5
+
+
+def test_dispatch_parents_follow_the_callers_context(kinds: Any, telemetry: Any) -> None:
+    tracer = telemetry.tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("collection") as parent:
+        kinds.sync_dispatch(dict(ROW))
+    span = only_dispatch(telemetry)
+    assert span.parent.span_id == parent.get_span_context().span_id
+    assert context.get_current() == context.get_current()  # nothing left attached
