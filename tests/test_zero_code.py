@@ -1,0 +1,137 @@
+"""Zero-code: a script with no telemetry code, run under ``opentelemetry-instrument``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from gym_instrument import semconv
+
+LOOP = '''
+"""A rollout loop with no telemetry code at all."""
+
+import asyncio
+
+
+class Agent:
+    async def run(self, row):
+        return await Scorer().verify({"answer": row["answer"]})
+
+
+class Scorer:
+    async def verify(self, body):
+        return {"reward": 1.0 if body["answer"] == "B" else 0.0}
+
+
+def health_pass(rows):
+    return [{"task_index": r["_ng_task_index"], "rollout_index": r["_ng_rollout_index"],
+             "verdict": "healthy" if r["answer"] == "B" else "unhealthy",
+             "findings": [] if r["answer"] == "B" else [{"check": "wrong_answer"}]} for r in rows]
+
+
+async def main():
+    rows = [{"task_id": f"t{t}", "_ng_task_index": t, "_ng_rollout_index": r, "answer": "B" if r == 0 else "C"}
+            for t in range(2) for r in range(2)]
+    rewards = [await Agent().run(row) for row in rows]
+    health_pass(rows)
+    print("REWARDS", [reward["reward"] for reward in rewards])
+
+'''
+
+TARGETS = "rollout_loop:Agent.run=dispatch,rollout_loop:Scorer.verify=verify,rollout_loop:health_pass=health"
+
+
+def run_instrumented(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    (tmp_path / "rollout_loop.py").write_text(LOOP)
+    (tmp_path / "main.py").write_text("import asyncio\n\nimport rollout_loop\n\nasyncio.run(rollout_loop.main())\n")
+    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        "PYTHONPATH": str(tmp_path),
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_SERVICE_NAME": "rollout-loop",
+        **env,
+    }
+    process = subprocess.run(
+        [str(launcher), sys.executable, str(tmp_path / "main.py")],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    return process, console_spans(process.stdout)
+
+
+def console_spans(stdout: str) -> list[dict[str, Any]]:
+    decoder = json.JSONDecoder()
+    spans: list[dict[str, Any]] = []
+    text = stdout
+    index = text.find("{")
+    while index != -1:
+        try:
+            value, end = decoder.raw_decode(text, index)
+        except json.JSONDecodeError:
+            index = text.find("{", index + 1)
+            continue
+        if isinstance(value, dict) and "context" in value:
+            spans.append(value)
+        index = text.find("{", end)
+    return spans
+
+
+def test_three_span_kinds_with_no_code(tmp_path: Path) -> None:
+    process, spans = run_instrumented(tmp_path, OTEL_PYTHON_GYM_TARGETS=TARGETS)
+    assert process.returncode == 0, process.stderr
+    assert "REWARDS [1.0, 0.0, 1.0, 0.0]" in process.stdout
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for span in spans:
+        by_name.setdefault(span["name"], []).append(span)
+    assert len(by_name[semconv.SPAN_DISPATCH]) == 4
+    assert len(by_name[semconv.SPAN_VERIFY]) == 4
+    assert len(by_name[semconv.SPAN_HEALTH]) == 4
+    dispatch_ids = {span["context"]["span_id"]: span for span in by_name[semconv.SPAN_DISPATCH]}
+    for verify in by_name[semconv.SPAN_VERIFY]:
+        parent = dispatch_ids[verify["parent_id"]]
+        assert verify["attributes"][semconv.ROLLOUT_ID] == parent["attributes"][semconv.ROLLOUT_ID]
+    for health in by_name[semconv.SPAN_HEALTH]:
+        parent = dispatch_ids[health["parent_id"]]
+        assert health["context"]["trace_id"] == parent["context"]["trace_id"]
+        healthy = parent["attributes"][semconv.ROLLOUT_REPEAT] == 0
+        assert health["attributes"][semconv.HEALTH_VERDICT] == ("healthy" if healthy else "unhealthy")
+        assert health["attributes"][semconv.HEALTH_CHECKS] == ([] if healthy else ["wrong_answer"])
+
+
+def test_disabled_instrumentations_turns_it_off(tmp_path: Path) -> None:
+    process, spans = run_instrumented(tmp_path, OTEL_PYTHON_GYM_TARGETS=TARGETS, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="gym")
+    assert process.returncode == 0, process.stderr
+    assert "REWARDS [1.0, 0.0, 1.0, 0.0]" in process.stdout
+    assert [span for span in spans if span["name"].startswith("gym.")] == []
+
+
+def test_bad_target_is_logged_by_name_and_the_app_still_runs(tmp_path: Path) -> None:
+    process, spans = run_instrumented(
+        tmp_path,
+        OTEL_PYTHON_GYM_TARGETS="rollout_loop:Agent.run=judge,no_such_package.mod:f=verify," + TARGETS,
+        OTEL_PYTHON_GYM_LINK_CAPACITY="lots",
+    )
+    assert process.returncode == 0, process.stderr
+    assert "REWARDS [1.0, 0.0, 1.0, 0.0]" in process.stdout
+    assert "OTEL_PYTHON_GYM_TARGETS" in process.stderr and "unknown role 'judge'" in process.stderr
+    assert "no module named 'no_such_package'" in process.stderr
+    assert "OTEL_PYTHON_GYM_LINK_CAPACITY" in process.stderr
+    assert len([span for span in spans if span["name"] == semconv.SPAN_DISPATCH]) == 4  # the good targets still apply
+
+
+def test_presets_none_and_the_nemo_gym_preset_absent(tmp_path: Path) -> None:
+    """The default preset arms NeMo Gym targets; without NeMo Gym installed that is silent."""
+    process, spans = run_instrumented(tmp_path, OTEL_PYTHON_GYM_TARGETS=TARGETS, OTEL_PYTHON_GYM_PRESETS="nemo_gym")
+    assert process.returncode == 0, process.stderr
+    assert "gym_instrument" not in process.stderr
+    assert len([span for span in spans if span["name"] == semconv.SPAN_VERIFY]) == 4
