@@ -1,0 +1,140 @@
+"""Traces across real processes on 127.0.0.1: collector -> agent -> resources server, over HTTP,
+all under ``opentelemetry-instrument`` with the aiohttp-client and FastAPI instrumentations."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gym_instrument import semconv
+from tests.otlp_receiver import OtlpReceiver
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = str(Path(sys.executable).parent / "opentelemetry-instrument")
+MODULE = "tests.crossprocess.services"
+TASKS, REPEATS = 3, 2
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def environment(receiver: OtlpReceiver, service: str, targets: str, baggage: str) -> dict[str, str]:
+    return {
+        **{key: value for key, value in os.environ.items() if not key.startswith("OTEL_")},
+        "PYTHONPATH": str(ROOT),
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_PYTHON_GYM_PRESETS": "none",
+        "OTEL_PYTHON_GYM_TARGETS": targets,
+        "OTEL_PYTHON_GYM_BAGGAGE": baggage,
+    }
+
+
+def wait_until_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"server on port {port} exited early:\n{log.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"server on port {port} not listening after 60s:\n{log.read_text()}")
+
+
+def run_pipeline(tmp_path: Path, baggage: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    servers: list[subprocess.Popen[bytes]] = []
+    with OtlpReceiver() as receiver:
+        try:
+            resources_port, agent_port = free_port(), free_port()
+            for name, factory, port, targets, extra in (
+                ("resources", "resources_app", resources_port, f"{MODULE}:ResourcesServer.verify=verify", {}),
+                ("agent", "agent_app", agent_port, "", {"RESOURCES_URL": f"http://127.0.0.1:{resources_port}"}),
+            ):
+                log = tmp_path / f"{name}.log"
+                command = [LAUNCHER, sys.executable, "-m", "uvicorn", f"{MODULE}:{factory}", "--factory", "--host", "127.0.0.1", "--port", str(port)]
+                env = {**environment(receiver, name, targets, baggage), **extra}
+                with log.open("wb") as out:
+                    servers.append(subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True))
+                wait_until_listening(port, servers[-1], log)
+            collector = subprocess.run(
+                [LAUNCHER, sys.executable, "-m", "tests.crossprocess.collector_main", f"http://127.0.0.1:{agent_port}", str(TASKS), str(REPEATS)],
+                env=environment(receiver, "collector", f"{MODULE}:ServerClient.post=dispatch", baggage),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=ROOT,
+            )
+            assert collector.returncode == 0, collector.stderr
+            results = json.loads(collector.stdout.strip().splitlines()[-1])
+            rollouts = TASKS * REPEATS
+            spans = receiver.wait_for(
+                lambda spans: sum(s["name"] == semconv.SPAN_VERIFY for s in spans) >= rollouts
+                and sum(s["name"] == semconv.SPAN_DISPATCH for s in spans) >= rollouts,
+                timeout=60,
+                what=f"{rollouts} dispatch and {rollouts} verify spans",
+            )
+            return spans, results
+        finally:
+            for server in servers:
+                if server.poll() is None:
+                    os.killpg(server.pid, signal.SIGTERM)
+            for server in servers:
+                try:
+                    server.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(server.pid, signal.SIGKILL)
+                    server.wait()
+
+
+def ancestors(span: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    parent = by_id.get(span["parent_id"] or "")
+    while parent is not None:
+        yield parent
+        parent = by_id.get(parent["parent_id"] or "")
+
+
+@pytest.mark.parametrize("baggage", ["true", "false"])
+def test_one_trace_per_rollout_across_three_processes(tmp_path: Path, baggage: str) -> None:
+    spans, results = run_pipeline(tmp_path, baggage)
+    assert sorted(result["reward"] for result in results) == [0.0] * TASKS + [1.0] * TASKS
+    by_id = {span["span_id"]: span for span in spans}
+    dispatches = [span for span in spans if span["name"] == semconv.SPAN_DISPATCH]
+    verifies = [span for span in spans if span["name"] == semconv.SPAN_VERIFY]
+    assert len(dispatches) == len(verifies) == TASKS * REPEATS
+    assert len({span["trace_id"] for span in dispatches}) == TASKS * REPEATS  # one trace per rollout
+    for dispatch in dispatches:
+        trace = [span for span in spans if span["trace_id"] == dispatch["trace_id"]]
+        assert {span["service"] for span in trace} == {"collector", "agent", "resources"}
+        assert dispatch["service"] == "collector"
+        (verify,) = [span for span in trace if span["name"] == semconv.SPAN_VERIFY]
+        assert verify["service"] == "resources"
+        assert dispatch in list(ancestors(verify, by_id))  # verify descends from the dispatch
+        task_index = dispatch["attributes"][semconv.TASK_INDEX]
+        assert (semconv.TASK_ID in dispatch["attributes"]) == (task_index % 2 == 0)
+        if baggage == "true":
+            # The request body had no id: it reached the resources server only as W3C baggage.
+            assert verify["attributes"][semconv.ROLLOUT_ID] == dispatch["attributes"][semconv.ROLLOUT_ID]
+        else:
+            assert semconv.ROLLOUT_ID not in verify["attributes"]
+        expected_reward = 1.0 if dispatch["attributes"][semconv.ROLLOUT_REPEAT] == 0 else 0.0
+        assert verify["attributes"][semconv.ROLLOUT_REWARD] == expected_reward
