@@ -87,8 +87,11 @@ class Collector:
         return await self.agent.run(row)
 
     async def run_examples(self, tasks: list[dict], repeats: int) -> list[dict]:
-        rows = [{**task, "_ng_task_index": t, "_ng_rollout_index": r, "agent_ref": {"name": "demo_agent"}}
-                for t, task in enumerate(tasks) for r in range(repeats)]
+        rows = [
+            {**task, "_ng_task_index": t, "_ng_rollout_index": r, "agent_ref": {"name": "demo_agent"}}
+            for t, task in enumerate(tasks)
+            for r in range(repeats)
+        ]
 
         async def with_retry(row: dict) -> dict:
             try:

@@ -82,7 +82,14 @@ def table(spans: list[dict[str, Any]]) -> list[list[str]]:
     verifies = {span["parent_id"]: span for span in spans if span["name"] == "gym.verify"}
     health = {span["parent_id"]: span for span in spans if span["name"] == "gym.rollout.health"}
     rows = []
-    for dispatch in sorted(dispatches, key=lambda s: (s["attributes"].get("nemo.gym.task.index", 0), s["attributes"].get("nemo.gym.rollout.repeat", 0), s["start_time"])):
+    for dispatch in sorted(
+        dispatches,
+        key=lambda s: (
+            s["attributes"].get("nemo.gym.task.index", 0),
+            s["attributes"].get("nemo.gym.rollout.repeat", 0),
+            s["start_time"],
+        ),
+    ):
         attributes = dispatch["attributes"]
         span_id = dispatch["context"]["span_id"]
         verify = verifies.get(span_id, {}).get("attributes", {})
@@ -113,8 +120,8 @@ def table(spans: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def render(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths))  # noqa: E731
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+    line = lambda cells: "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths, strict=True))  # noqa: E731
     return "\n".join([line(header), line(["-" * width for width in widths]), *map(line, rows)])
 
 
@@ -126,7 +133,10 @@ def main() -> None:
     print()
     print(render(header, table(spans)))
     print()
-    counts = {name: sum(1 for span in spans if span["name"] == name) for name in ("gym.rollout.dispatch", "gym.verify", "gym.rollout.health")}
+    counts = {
+        name: sum(1 for span in spans if span["name"] == name)
+        for name in ("gym.rollout.dispatch", "gym.verify", "gym.rollout.health")
+    }
     print(f"spans exported: {counts}; rollouts in rollouts.jsonl: {len(rollouts)}")
     rewarded = sum(point["value"] for point in metric_points(metrics, "gym.rollout.rewarded_total"))
     outcomes = {point["attributes"].get("outcome"): point["value"] for point in metric_points(metrics, "gym.rollout.dispatches")}

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from gym_instrument.targets import Target
 
@@ -85,7 +85,7 @@ class GymConfig:
     link_capacity: int = DEFAULT_LINK_CAPACITY
     baggage: bool = True
 
-    SETTINGS = {
+    SETTINGS: ClassVar[dict[str, Setting]] = {
         "targets": Setting(ENV_TARGETS, parse_targets),
         "presets": Setting(ENV_PRESETS, parse_presets),
         "link_capacity": Setting(ENV_LINK_CAPACITY, parse_capacity),

@@ -68,7 +68,7 @@ class ArgLocator:
     first candidate name among the parameters, else the first positional argument after self.
     """
 
-    __slots__ = ("names", "_index_unbound", "_index_bound")
+    __slots__ = ("_index_bound", "_index_unbound", "names")
 
     def __init__(self, function: Callable[..., Any], names: Sequence[str], explicit: str | None = None) -> None:
         self.names: tuple[str, ...] = (explicit,) if explicit else tuple(names)
@@ -101,7 +101,20 @@ class ArgLocator:
 class Call:
     """One call of a wrapped function, as extractors see it."""
 
-    __slots__ = ("role", "target", "function", "instance", "args", "kwargs", "result", "exception", "verdict", "_row", "_locator", "_identity")
+    __slots__ = (
+        "_identity",
+        "_locator",
+        "_row",
+        "args",
+        "exception",
+        "function",
+        "instance",
+        "kwargs",
+        "result",
+        "role",
+        "target",
+        "verdict",
+    )
 
     def __init__(
         self,
@@ -268,7 +281,7 @@ def parse_index_form(rollout_id: str) -> tuple[int, int, int | None] | None:
 class RolloutIdentity:
     """What names one rollout attempt: task id and indices from the row, and its rollout id."""
 
-    __slots__ = ("task_id", "task_index", "rollout_index", "attempt", "rollout_id", "custom_id", "agent_name")
+    __slots__ = ("agent_name", "attempt", "custom_id", "rollout_id", "rollout_index", "task_id", "task_index")
 
     def __init__(self) -> None:
         self.task_id: str | None = None

@@ -115,7 +115,9 @@ def run_extractors(extractors: Iterable[Callable[[Any], Any]], call: Any, into: 
 class Recorder:
     """The tracer, meter and instruments one ``instrument()`` (or one decorator) records with."""
 
-    def __init__(self, tracer_provider: trace.TracerProvider | None = None, meter_provider: metrics.MeterProvider | None = None) -> None:
+    def __init__(
+        self, tracer_provider: trace.TracerProvider | None = None, meter_provider: metrics.MeterProvider | None = None
+    ) -> None:
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self._tracer: trace.Tracer | None = None
@@ -173,7 +175,9 @@ class Recorder:
         meter = metrics.get_meter(semconv.INSTRUMENTATION_NAME, __version__, provider, schema_url=_SCHEMA_URL)
         self._instruments = {
             semconv.METRIC_REWARDED: meter.create_counter(
-                semconv.METRIC_REWARDED, unit="{rollout}", description="Verifies that put a numeric, unmasked reward on their span"
+                semconv.METRIC_REWARDED,
+                unit="{rollout}",
+                description="Verifies that put a numeric, unmasked reward on their span",
             ),
             semconv.METRIC_DISPATCHES: meter.create_counter(
                 semconv.METRIC_DISPATCHES, unit="{rollout}", description="Rollout dispatches by outcome (ok, error, cancelled)"

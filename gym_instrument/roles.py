@@ -218,9 +218,11 @@ class Binding:
 class Active:
     """One traced call in flight. :meth:`finish` is the single, idempotent place it ends."""
 
-    __slots__ = ("binding", "tracer", "call", "span", "ctx", "guard", "cancelled", "_tokens", "_done")
+    __slots__ = ("_done", "_tokens", "binding", "call", "cancelled", "ctx", "guard", "span", "tracer")
 
-    def __init__(self, binding: Binding, tracer: trace.Tracer, call: Call, span: Span | None, ctx: Any, guard: tuple[str, int]) -> None:
+    def __init__(
+        self, binding: Binding, tracer: trace.Tracer, call: Call, span: Span | None, ctx: Any, guard: tuple[str, int]
+    ) -> None:
         self.binding = binding
         self.tracer = tracer
         self.call = call

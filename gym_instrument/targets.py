@@ -235,7 +235,7 @@ class Patcher:
                 super(base, cls).__init_subclass__(**kwargs)
             patcher._on_subclass(base, cls)
 
-        setattr(base, "__init_subclass__", classmethod(__init_subclass__))
+        base.__init_subclass__ = classmethod(__init_subclass__)
         self._subclass_hooks.append((base, previous))
 
     def _on_subclass(self, base: type, subclass: type) -> None:
@@ -273,7 +273,7 @@ class Patcher:
                     if "__init_subclass__" in vars(base):
                         delattr(base, "__init_subclass__")
                 else:
-                    setattr(base, "__init_subclass__", previous)
+                    base.__init_subclass__ = previous
             self._patches.clear()
             self._subclass_hooks.clear()
             self._watched.clear()

@@ -83,7 +83,9 @@ def test_link_capacity_and_baggage_reach_the_engine(instrument: Any) -> None:
     assert ENGINE.propagate_baggage is False
 
 
-def test_environment_targets_instrument(make_module: Any, monkeypatch: pytest.MonkeyPatch, instrument: Any, telemetry: Any) -> None:
+def test_environment_targets_instrument(
+    make_module: Any, monkeypatch: pytest.MonkeyPatch, instrument: Any, telemetry: Any
+) -> None:
     name = make_module()
     monkeypatch.setenv("OTEL_PYTHON_GYM_TARGETS", f"{name}:send_row=dispatch")
     instrument()

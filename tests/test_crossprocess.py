@@ -71,13 +71,34 @@ def run_pipeline(tmp_path: Path, baggage: str) -> tuple[list[dict[str, Any]], li
                 ("agent", "agent_app", agent_port, "", {"RESOURCES_URL": f"http://127.0.0.1:{resources_port}"}),
             ):
                 log = tmp_path / f"{name}.log"
-                command = [LAUNCHER, sys.executable, "-m", "uvicorn", f"{MODULE}:{factory}", "--factory", "--host", "127.0.0.1", "--port", str(port)]
+                command = [
+                    LAUNCHER,
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    f"{MODULE}:{factory}",
+                    "--factory",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                ]
                 env = {**environment(receiver, name, targets, baggage), **extra}
                 with log.open("wb") as out:
-                    servers.append(subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True))
+                    servers.append(
+                        subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+                    )
                 wait_until_listening(port, servers[-1], log)
             collector = subprocess.run(
-                [LAUNCHER, sys.executable, "-m", "tests.crossprocess.collector_main", f"http://127.0.0.1:{agent_port}", str(TASKS), str(REPEATS)],
+                [
+                    LAUNCHER,
+                    sys.executable,
+                    "-m",
+                    "tests.crossprocess.collector_main",
+                    f"http://127.0.0.1:{agent_port}",
+                    str(TASKS),
+                    str(REPEATS),
+                ],
                 env=environment(receiver, "collector", f"{MODULE}:ServerClient.post=dispatch", baggage),
                 capture_output=True,
                 text=True,
@@ -88,8 +109,10 @@ def run_pipeline(tmp_path: Path, baggage: str) -> tuple[list[dict[str, Any]], li
             results = json.loads(collector.stdout.strip().splitlines()[-1])
             rollouts = TASKS * REPEATS
             spans = receiver.wait_for(
-                lambda spans: sum(s["name"] == semconv.SPAN_VERIFY for s in spans) >= rollouts
-                and sum(s["name"] == semconv.SPAN_DISPATCH for s in spans) >= rollouts,
+                lambda spans: (
+                    sum(s["name"] == semconv.SPAN_VERIFY for s in spans) >= rollouts
+                    and sum(s["name"] == semconv.SPAN_DISPATCH for s in spans) >= rollouts
+                ),
                 timeout=60,
                 what=f"{rollouts} dispatch and {rollouts} verify spans",
             )

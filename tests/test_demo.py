@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "demo"))
 
-import run_demo  # noqa: E402
+import run_demo
 
 
 def test_demo_table_matches_the_rollouts_file(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -103,7 +102,13 @@ def test_pydantic_row(pipeline: Any, telemetry: Any) -> None:
     ],
 )
 def test_indices_and_rollout_id(
-    pipeline: Any, telemetry: Any, row: dict[str, Any], repeat: int | None, task_index: int | None, attempt: int | None, rollout_id: str | None
+    pipeline: Any,
+    telemetry: Any,
+    row: dict[str, Any],
+    repeat: int | None,
+    task_index: int | None,
+    attempt: int | None,
+    rollout_id: str | None,
 ) -> None:
     attributes = dispatched(pipeline, telemetry, row)
     assert attributes.get(semconv.ROLLOUT_REPEAT) == repeat
@@ -219,7 +224,9 @@ def test_reward_from_real_nemo_gym_outputs(pipeline: Any, telemetry: Any) -> Non
     rows = load_jsonl("mcqa_rollouts.jsonl")
     for row in rows:
         pipeline.score({"result": row})
-    assert [span.attributes[semconv.ROLLOUT_REWARD] for span in telemetry.spans(semconv.SPAN_VERIFY)] == [row["reward"] for row in rows]
+    assert [span.attributes[semconv.ROLLOUT_REWARD] for span in telemetry.spans(semconv.SPAN_VERIFY)] == [
+        row["reward"] for row in rows
+    ]
 
 
 # -- verify's rollout id ---------------------------------------------------------------------

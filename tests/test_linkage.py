@@ -57,7 +57,9 @@ def test_health_span_is_child_of_the_ended_dispatch(pipeline: Any, telemetry: An
     dispatches = by_rollout_id(telemetry.spans(semconv.SPAN_DISPATCH))
     digests = [
         RolloutDigest(0, 0, "0-0", "healthy"),
-        RolloutDigest(1, 1, "1-1", "unhealthy", [Finding("model_call_failed"), Finding("agent_turn_hollow"), Finding("model_call_failed")]),
+        RolloutDigest(
+            1, 1, "1-1", "unhealthy", [Finding("model_call_failed"), Finding("agent_turn_hollow"), Finding("model_call_failed")]
+        ),
         RolloutDigest(2, 0, "2-0", "unobserved"),
     ]
     result = HealthCheckResult(digests)
@@ -155,12 +157,17 @@ def test_custom_rollout_id_matches_by_id_and_by_indices(pipeline: Any, telemetry
     )
     dispatches = by_rollout_id(telemetry.spans(semconv.SPAN_DISPATCH))
     pipeline.run_health_checks(
-        [{"rollout_id": "alpha", "task_index": 0, "rollout_index": 0, "verdict": "healthy"}, {"task_index": 0, "rollout_index": 1, "verdict": "unhealthy"}]
+        [
+            {"rollout_id": "alpha", "task_index": 0, "rollout_index": 0, "verdict": "healthy"},
+            {"task_index": 0, "rollout_index": 1, "verdict": "unhealthy"},
+        ]
     )
     health = by_rollout_id(telemetry.spans(semconv.SPAN_HEALTH))
     assert health["alpha"].parent.span_id == dispatches["alpha"].context.span_id
     assert health["beta"].parent.span_id == dispatches["beta"].context.span_id
-    pipeline.run_health_checks([{"rollout_id": "beta", "verdict": "healthy"}, {"task_index": 0, "rollout_index": 0, "verdict": "x"}])
+    pipeline.run_health_checks(
+        [{"rollout_id": "beta", "verdict": "healthy"}, {"task_index": 0, "rollout_index": 0, "verdict": "x"}]
+    )
     assert len(telemetry.spans(semconv.SPAN_HEALTH)) == 2  # both consumed, whichever way they were found
 
 
@@ -219,7 +226,9 @@ def test_health_spans_without_metrics(make_module: Any, instrument: Any, telemet
     assert len(telemetry.spans(semconv.SPAN_HEALTH)) == 1
 
 
-def test_capacity_evicts_oldest_and_logs_once(pipeline: Any, telemetry: Any, instrument: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_capacity_evicts_oldest_and_logs_once(
+    pipeline: Any, telemetry: Any, instrument: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     pipeline_module = pipeline
     from gym_instrument import GymInstrumentor
 

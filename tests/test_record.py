@@ -10,7 +10,13 @@ from gym_instrument.record import clean_value
 
 
 def test_rewarded_total_counts_verifies_with_a_reward(pipeline: Any, telemetry: Any) -> None:
-    for result in ({"reward": 1.0}, {"reward": 0.0}, {"reward": True}, {"reward": 1.0, "mask_sample": True}, {"reward": float("nan")}):
+    for result in (
+        {"reward": 1.0},
+        {"reward": 0.0},
+        {"reward": True},
+        {"reward": 1.0, "mask_sample": True},
+        {"reward": float("nan")},
+    ):
         pipeline.score({"result": result})
     (point,) = telemetry.metric_points(semconv.METRIC_REWARDED)
     assert point.value == 2
@@ -36,7 +42,9 @@ def test_metric_attribute_sets_stay_bounded(pipeline: Any, telemetry: Any) -> No
     rows = [{"task_id": f"task-{n}", "_ng_task_index": n, "_ng_rollout_index": 0} for n in range(300)]
     for row in rows:
         pipeline.send_row(row)
-        pipeline.score({"_ng_task_index": row["_ng_task_index"], "_ng_rollout_index": 0, "result": {"reward": row["_ng_task_index"] / 300}})
+        pipeline.score(
+            {"_ng_task_index": row["_ng_task_index"], "_ng_rollout_index": 0, "result": {"reward": row["_ng_task_index"] / 300}}
+        )
     pipeline.run_health_checks(
         [{"task_index": n, "rollout_index": 0, "verdict": ("healthy", "unhealthy", f"free text {n}")[n % 3]} for n in range(300)]
     )
@@ -46,7 +54,11 @@ def test_metric_attribute_sets_stay_bounded(pipeline: Any, telemetry: Any) -> No
     }
     assert attribute_sets[semconv.METRIC_REWARDED] == {()}
     assert attribute_sets[semconv.METRIC_DISPATCHES] == {(("outcome", "ok"),)}
-    assert attribute_sets[semconv.METRIC_VERDICTS] == {(("verdict", "healthy"),), (("verdict", "unhealthy"),), (("verdict", "other"),)}
+    assert attribute_sets[semconv.METRIC_VERDICTS] == {
+        (("verdict", "healthy"),),
+        (("verdict", "unhealthy"),),
+        (("verdict", "other"),),
+    }
     assert telemetry.metric_total(semconv.METRIC_VERDICTS) == 300
 
 

@@ -19,7 +19,7 @@ from opentelemetry.trace import StatusCode
 import gym_instrument
 from gym_instrument import semconv
 
-KINDS_SOURCE = '''
+KINDS_SOURCE = """
 import asyncio
 
 seen_baggage = []
@@ -77,7 +77,7 @@ class Holder:
 def _current_rollout_id():
     from opentelemetry import baggage
     return baggage.get_baggage("nemo.gym.rollout.id")
-'''
+"""
 
 ROW = {"_ng_task_index": 2, "_ng_rollout_index": 1}
 

@@ -15,7 +15,6 @@ import gym_instrument
 from gym_instrument import GymInstrumentor, Target, semconv
 
 
-
 class VerifyRequest(BaseModel):
     answer: str
 
@@ -51,7 +50,9 @@ def test_uninstrument_restores_the_identical_objects(make_module: Any, instrumen
     module = importlib.import_module(make_module(KINDS_SOURCE_FOR_RESTORE))
     before = {name: module.Holder.__dict__[name] for name in ("cm", "sm", "m")}
     before_function = module.__dict__["f"]
-    instrumentor = instrument(targets=[f"{module.__name__}:Holder.{name}=dispatch" for name in before] + [f"{module.__name__}:f=verify"])
+    instrumentor = instrument(
+        targets=[f"{module.__name__}:Holder.{name}=dispatch" for name in before] + [f"{module.__name__}:f=verify"]
+    )
     assert all(module.Holder.__dict__[name] is not before[name] for name in before)
     assert isinstance(module.Holder.__dict__["cm"], classmethod) and isinstance(module.Holder.__dict__["sm"], staticmethod)
     instrumentor.uninstrument()
@@ -250,7 +251,9 @@ def test_decorators(instrument: Any, telemetry: Any) -> None:
 
     @gym_instrument.health
     async def judge(rows: Any) -> Any:
-        return [{"task_index": row["_ng_task_index"], "rollout_index": row["_ng_rollout_index"], "verdict": "healthy"} for row in rows]
+        return [
+            {"task_index": row["_ng_task_index"], "rollout_index": row["_ng_rollout_index"], "verdict": "healthy"} for row in rows
+        ]
 
     rows = [{"_ng_task_index": 0, "_ng_rollout_index": r, "task_id": "d"} for r in range(2)]
     assert [run(row) for row in rows] == [0.5, 0.5]

@@ -67,4 +67,3 @@ async def collect(agent_url: str, tasks: int, repeats: int) -> list[dict]:
     async with aiohttp.ClientSession() as session:
         client = ServerClient(session, {"agent": agent_url})
         return list(await asyncio.gather(*(client.post("agent", "/run", json=row) for row in rows)))
-
