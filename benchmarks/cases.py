@@ -1,0 +1,740 @@
+"""The benchmark cases of issue 4 (A-F) and the ``inspect.signature().bind()`` comparison.
+
+Every case measures the instrumented code and its baseline side by side in the same round,
+alternating which goes first, and reports min / median / max over rounds of the per-round
+ratio (or difference). Before timing, each case checks that both sides emit the same spans with
+the same attributes, so a baseline cannot drift into doing less work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import workload
+from opentelemetry import baggage, trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+from gym_instrument import GymInstrumentor, Target, semconv
+from gym_instrument.extract import ArgLocator
+
+HERE = Path(__file__).resolve().parent
+
+POST = Target("workload:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json")
+SEND_ROW = Target("workload:send_row", "dispatch")
+VERIFY = Target("workload:SimpleResourcesServer.verify", "verify", row_arg="body")
+HEALTH = Target("workload:run_health_checks", "health")
+
+# The originals, kept before anything is instrumented: the bare calls of case B.
+BARE_SEND_ROW = workload.send_row
+BARE_RUN_HEALTH_CHECKS = workload.run_health_checks
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each case does; ``QUICK`` only proves the benchmarks still run."""
+
+    calls: int = 20_000  # A, B and bind: calls per round
+    call_rounds: int = 15
+    concurrent: int = 10_000  # C
+    concurrent_rounds: int = 7
+    verdicts: int = 100_000  # D
+    verdict_rounds: int = 5
+    dispatches: int = 100_000  # E
+    capacity: int = 1_000_000
+    small_capacity: int = 1_000
+    memory_rounds: int = 3
+    startup_rounds: int = 7
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    calls=300,
+    call_rounds=2,
+    concurrent=200,
+    concurrent_rounds=2,
+    verdicts=300,
+    verdict_rounds=2,
+    dispatches=3_000,
+    capacity=1_000_000,
+    small_capacity=100,
+    memory_rounds=1,
+    startup_rounds=1,
+)
+
+
+@dataclass
+class Row:
+    """One line of the results table."""
+
+    case: str
+    measured: str
+    instrumented: str
+    baseline: str
+    unit: str  # what min / median / max are: "ratio", "us/call", "B/entry", ...
+    values: list[float]
+    goal: str
+    met: bool | None  # None: informational, no goal
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+
+# ---------------------------------------------------------------------------------------------
+# The SDK, the instrumentor and timing
+
+
+class NullExporter(SpanExporter):
+    """Exports nowhere; counts spans (and keeps them when asked, for the sameness checks)."""
+
+    def __init__(self) -> None:
+        self.exported = 0
+        self.kept: list[ReadableSpan] | None = None
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.exported += len(spans)
+        if self.kept is not None:
+            self.kept.extend(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+    @contextmanager
+    def keeping(self) -> Iterator[list[ReadableSpan]]:
+        self.kept = kept = []
+        try:
+            yield kept
+        finally:
+            self.kept = None
+
+
+def sdk(batch: bool = False) -> tuple[TracerProvider, NullExporter]:
+    exporter = NullExporter()
+    provider = TracerProvider()
+    if batch:
+        # A queue that holds a whole round, so that no span is dropped on either side.
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 17))
+    else:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    workload.Hand.configure(provider)
+    return provider, exporter
+
+
+@contextmanager
+def instrumented(targets: Sequence[Target], **kwargs: Any) -> Iterator[GymInstrumentor]:
+    instrumentor = GymInstrumentor()
+    instrumentor.instrument(targets=list(targets), presets="none", **kwargs)
+    try:
+        yield instrumentor
+    finally:
+        instrumentor.uninstrument()
+
+
+def drive(coroutine: Any) -> Any:
+    """Run a coroutine that never suspends, without an event loop (the same for both sides)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coroutine.close()
+    raise RuntimeError("the coroutine suspended")
+
+
+def seconds(run: Callable[[], Any], collect_garbage: bool = False) -> float:
+    """Wall time of one run; like timeit, without the collector unless asked."""
+    gc.collect()
+    enabled = gc.isenabled()
+    if not collect_garbage:
+        gc.disable()
+    try:
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def per_call_us(call: Callable[[Any], Any], items: Sequence[Any]) -> float:
+    def run() -> None:
+        for item in items:
+            call(item)
+
+    return seconds(run) / len(items) * 1e6
+
+
+def side_by_side(
+    rounds: int, prepare: Callable[[int], Any], first: Callable[[Any], float], second: Callable[[Any], float]
+) -> tuple[list[float], list[float]]:
+    """Per-round figures of two variants on the same input, alternating which runs first."""
+    a, b = [], []
+    for number in range(rounds):
+        prepared = prepare(number)
+        if number % 2 == 0:
+            a.append(first(prepared))
+            b.append(second(prepared))
+        else:
+            b.append(second(prepared))
+            a.append(first(prepared))
+    return a, b
+
+
+def span_facts(span: ReadableSpan) -> tuple[Any, ...]:
+    parent = span.parent.span_id if span.parent is not None else None
+    return span.name, span.kind, dict(span.attributes or {}), parent is not None
+
+
+def check_same(auto: Sequence[ReadableSpan], hand: Sequence[ReadableSpan], what: str) -> None:
+    mine, theirs = [span_facts(span) for span in auto], [span_facts(span) for span in hand]
+    if mine != theirs:
+        raise AssertionError(f"{what}: the baseline emits different spans\n instrumented: {mine}\n hand-written: {theirs}")
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return f"{value:,.{digits}f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# A. dispatch, SDK on
+
+
+def case_a(sizes: Sizes) -> list[Row]:
+    provider, exporter = sdk()
+    rows_out: list[Row] = []
+    with instrumented([POST, SEND_ROW], tracer_provider=provider):
+        client, hand_client = (
+            workload.ServerClient({"/run": workload.echo_run}),
+            workload.HandServerClient({"/run": workload.echo_run}),
+        )
+        send_row = workload.send_row
+
+        # Same spans, same attributes, same baggage while the dispatch runs.
+        seen: list[Any] = []
+
+        async def looking_run(row: Any) -> Any:
+            seen.append(baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID))
+            return {"reward": 1.0}
+
+        sample = workload.make_rows(2, first_task=10**6)
+        with exporter.keeping() as auto:
+            drive(workload.ServerClient({"/run": looking_run}).post("simple_agent", "/run", json=sample[0]))
+        with exporter.keeping() as hand:
+            drive(workload.HandServerClient({"/run": looking_run}).post("simple_agent", "/run", json=sample[0]))
+        check_same(auto, hand, "A")
+        if seen[0] != seen[1] or seen[0] is None:
+            raise AssertionError(f"A: baggage differs: {seen}")
+
+        def prepare(number: int) -> list[dict[str, Any]]:
+            return workload.make_rows(sizes.calls, first_task=number * sizes.calls)
+
+        for measured, auto_call, hand_call, instrumented_name, baseline_name in (
+            (
+                "dispatch, SDK on: async `ServerClient.post(..., '/run', json=row)` (condition + keyword row)",
+                lambda row: drive(client.post("simple_agent", "/run", json=row)),
+                lambda row: drive(hand_client.post("simple_agent", "/run", json=row)),
+                "Target on the method",
+                "span + attributes + baggage inline",
+            ),
+            (
+                "dispatch, SDK on: sync `send_row(row)`",
+                send_row,
+                workload.hand_send_row,
+                "Target on the function",
+                "span + attributes + baggage inline",
+            ),
+        ):
+            before = exporter.exported
+            auto_us, hand_us = side_by_side(
+                sizes.call_rounds,
+                prepare,
+                lambda rows, c=auto_call: per_call_us(c, rows),
+                lambda rows, c=hand_call: per_call_us(c, rows),
+            )
+            if exporter.exported - before != 2 * sizes.calls * sizes.call_rounds:
+                raise AssertionError("A: a span went missing")
+            ratios = [a / h for a, h in zip(auto_us, hand_us, strict=True)]
+            rows_out.append(
+                Row(
+                    "A",
+                    measured,
+                    f"{instrumented_name}: {_fmt(statistics.median(auto_us))} us",
+                    f"{baseline_name}: {_fmt(statistics.median(hand_us))} us",
+                    "ratio",
+                    ratios,
+                    "<= 1.05",
+                    statistics.median(ratios) <= 1.05,
+                )
+            )
+    provider.shutdown()
+    return rows_out
+
+
+# ---------------------------------------------------------------------------------------------
+# B. tracing off
+
+
+def case_b(sizes: Sizes) -> list[Row]:
+    rows_out: list[Row] = []
+    plain_client = workload.PlainServerClient({"/run": workload.echo_run, "/v1/responses": workload.no_content})
+
+    def prepare(number: int) -> list[dict[str, Any]]:
+        return workload.make_rows(sizes.calls, first_task=number * sizes.calls)
+
+    def overhead_row(measured: str, auto_call: Callable[[Any], Any], bare_call: Callable[[Any], Any], goal: bool = True) -> Row:
+        auto_us, bare_us = side_by_side(
+            sizes.call_rounds, prepare, lambda rows: per_call_us(auto_call, rows), lambda rows: per_call_us(bare_call, rows)
+        )
+        overheads = [a - b for a, b in zip(auto_us, bare_us, strict=True)]
+        return Row(
+            "B",
+            measured,
+            f"{_fmt(statistics.median(auto_us))} us",
+            f"bare call: {_fmt(statistics.median(bare_us))} us",
+            "us/call over bare",
+            overheads,
+            "<= 1.0 us" if goal else "(none)",
+            statistics.median(overheads) <= 1.0 if goal else None,
+        )
+
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        raise AssertionError("B: a global tracer provider is set; 'no SDK' would not be measured")
+    with instrumented([POST, SEND_ROW]):  # no tracer provider anywhere: the API's no-op
+        client = workload.ServerClient({"/run": workload.echo_run, "/v1/responses": workload.no_content})
+        send_row = workload.send_row
+        rows_out.append(overhead_row("no SDK: sync `send_row(row)`", send_row, BARE_SEND_ROW))
+        rows_out.append(
+            overhead_row(
+                "no SDK: async `ServerClient.post(..., '/run', json=row)`",
+                lambda row: drive(client.post("simple_agent", "/run", json=row)),
+                lambda row: drive(plain_client.post("simple_agent", "/run", json=row)),
+            )
+        )
+
+    provider, exporter = sdk()
+    with instrumented([POST, SEND_ROW], tracer_provider=provider):
+        client = workload.ServerClient({"/run": workload.echo_run, "/v1/responses": workload.no_content})
+        send_row = workload.send_row
+        before = exporter.exported
+        with suppress_instrumentation():
+            rows_out.append(overhead_row("SDK on, `suppress_instrumentation`: sync `send_row(row)`", send_row, BARE_SEND_ROW))
+            rows_out.append(
+                overhead_row(
+                    "SDK on, `suppress_instrumentation`: async `ServerClient.post(..., '/run', json=row)`",
+                    lambda row: drive(client.post("simple_agent", "/run", json=row)),
+                    lambda row: drive(plain_client.post("simple_agent", "/run", json=row)),
+                )
+            )
+        if exporter.exported != before:
+            raise AssertionError("B: spans were recorded under suppress_instrumentation")
+        rows_out.append(
+            overhead_row(
+                "SDK on, not a rollout: `ServerClient.post(..., '/v1/responses', json=...)` (condition false)",
+                lambda row: drive(client.post("policy_model", "/v1/responses", json=row)),
+                lambda row: drive(plain_client.post("policy_model", "/v1/responses", json=row)),
+                goal=False,
+            )
+        )
+        if exporter.exported != before:
+            raise AssertionError("B: a call the condition excludes was traced")
+    provider.shutdown()
+    return rows_out
+
+
+# ---------------------------------------------------------------------------------------------
+# C. asyncio at scale
+
+
+def case_c(sizes: Sizes) -> list[Row]:
+    provider, exporter = sdk(batch=True)
+    loop = asyncio.new_event_loop()
+    try:
+        with instrumented([POST, VERIFY], tracer_provider=provider):
+            server, hand_server = workload.McqaResourcesServer(), workload.HandMcqaResourcesServer()
+            client = workload.ServerClient({"/run": workload.agent_run(server)})
+            hand_client = workload.HandServerClient({"/run": workload.agent_run(hand_server)})
+
+            sample = workload.make_rows(2, first_task=10**6)
+            with exporter.keeping() as auto:
+                loop.run_until_complete(workload.collect(client, sample))
+                provider.force_flush()
+            with exporter.keeping() as hand:
+                loop.run_until_complete(workload.collect(hand_client, sample))
+                provider.force_flush()
+            order = {semconv.SPAN_DISPATCH: 0, semconv.SPAN_VERIFY: 1}
+            check_same(
+                sorted(auto, key=lambda s: (order[s.name], str(s.attributes))),
+                sorted(hand, key=lambda s: (order[s.name], str(s.attributes))),
+                "C",
+            )
+            for spans in (auto, hand):
+                dispatch_ids = {s.context.span_id for s in spans if s.name == semconv.SPAN_DISPATCH}
+                if not all(s.parent.span_id in dispatch_ids for s in spans if s.name == semconv.SPAN_VERIFY):
+                    raise AssertionError("C: a verify span is not the child of its dispatch span")
+
+            def pipeline(pipeline_client: Any) -> Callable[[list[dict[str, Any]]], float]:
+                def run(rows: list[dict[str, Any]]) -> float:
+                    before = exporter.exported
+
+                    def once() -> None:
+                        loop.run_until_complete(workload.collect(pipeline_client, rows))
+                        provider.force_flush()
+
+                    elapsed = seconds(once, collect_garbage=True)
+                    if exporter.exported - before != 2 * len(rows):
+                        raise AssertionError(f"C: {exporter.exported - before} spans exported for {len(rows)} rollouts")
+                    return elapsed
+
+                return run
+
+            def prepare(number: int) -> list[dict[str, Any]]:
+                return workload.make_rows(sizes.concurrent, first_task=number * sizes.concurrent)
+
+            auto_s, hand_s = side_by_side(sizes.concurrent_rounds, prepare, pipeline(client), pipeline(hand_client))
+    finally:
+        loop.close()
+        provider.shutdown()
+    ratios = [a / h for a, h in zip(auto_s, hand_s, strict=True)]
+    return [
+        Row(
+            "C",
+            f"asyncio: {sizes.concurrent:,} concurrent dispatches on one loop, each awaiting a verify; "
+            "BatchSpanProcessor, wall time to the last span exported",
+            f"Targets (dispatch + verify override): {_fmt(statistics.median(auto_s) * 1e3, 0)} ms",
+            f"by hand: {_fmt(statistics.median(hand_s) * 1e3, 0)} ms",
+            "ratio",
+            ratios,
+            "<= 1.05",
+            statistics.median(ratios) <= 1.05,
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# D. health fan-out
+
+
+def case_d(sizes: Sizes) -> list[Row]:
+    provider, exporter = sdk()
+    tracer = workload.Hand.tracer
+    with instrumented([SEND_ROW, HEALTH], tracer_provider=provider):
+        send_row, run_health_checks = workload.send_row, workload.run_health_checks
+
+        def prepare(number: int) -> tuple[str, dict[str, Any]]:
+            rows = workload.make_rows(sizes.verdicts, first_task=number * sizes.verdicts)
+            for row in rows:  # the instrumented side's dispatches, remembered for their verdicts
+                send_row(row)
+            parents = {}
+            for row in rows:  # the hand-written side's dispatch spans
+                attributes, rollout_id = workload.rollout_attributes(row)
+                span = tracer.start_span(semconv.SPAN_DISPATCH, attributes=attributes)
+                span.end()
+                parents[rollout_id] = span.get_span_context()
+            path = f"run-{number}/rollouts.jsonl"
+            workload.HEALTH_RESULTS[path] = workload.make_health_result(rows)
+            return path, parents
+
+        # Same spans: attributes, and a parent that is the dispatch span.
+        path, parents = prepare(10**6)
+        with exporter.keeping() as auto:
+            run_health_checks(path)
+        with exporter.keeping() as hand:
+            workload.hand_health_spans(BARE_RUN_HEALTH_CHECKS(path), parents)
+        check_same(auto, hand, "D")
+        if len(auto) != sizes.verdicts:
+            raise AssertionError(f"D: {len(auto)} health spans for {sizes.verdicts} verdicts")
+        workload.HEALTH_RESULTS.clear()
+
+        def auto_side(prepared: tuple[str, dict[str, Any]]) -> float:
+            before = exporter.exported
+            elapsed = seconds(lambda: run_health_checks(prepared[0]), collect_garbage=True)
+            if exporter.exported - before != sizes.verdicts:
+                raise AssertionError("D: a health span went missing")
+            return elapsed
+
+        def hand_side(prepared: tuple[str, dict[str, Any]]) -> float:
+            path, parents = prepared
+            return seconds(lambda: workload.hand_health_spans(BARE_RUN_HEALTH_CHECKS(path), parents), collect_garbage=True)
+
+        auto_s, hand_s = side_by_side(sizes.verdict_rounds, prepare, auto_side, hand_side)
+        workload.HEALTH_RESULTS.clear()
+    provider.shutdown()
+    ratios = [a / h for a, h in zip(auto_s, hand_s, strict=True)]
+    return [
+        Row(
+            "D",
+            f"health fan-out: one result with {sizes.verdicts:,} verdicts, a child span each under its ended dispatch",
+            f"Target: {_fmt(statistics.median(auto_s) * 1e3, 0)} ms",
+            f"bare spans, explicit parents: {_fmt(statistics.median(hand_s) * 1e3, 0)} ms",
+            "ratio",
+            ratios,
+            "<= 1.10",
+            statistics.median(ratios) <= 1.10,
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# E. memory
+
+
+class _CountingHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """Bytes still allocated after ``rows`` were dispatched under ``capacity``; of which in linkage.py; evictions."""
+    import gym_instrument.linkage as linkage
+    from gym_instrument.roles import ENGINE
+
+    provider, _ = sdk()
+    try:
+        with instrumented([SEND_ROW], tracer_provider=provider, link_capacity=capacity):
+            send_row = workload.send_row
+            for _ in range(200):  # warm-up without indices: nothing remembered, SDK caches filled
+                send_row({"task_id": "warm-up", "_ng_task_index": None, "_ng_rollout_index": None})
+            if len(ENGINE.links) != 0:
+                raise AssertionError("E: the warm-up was remembered")
+            gc.collect()
+            tracemalloc.start()
+            try:
+                start = tracemalloc.take_snapshot()
+                for row in rows:
+                    send_row(row)
+                gc.collect()
+                end = tracemalloc.take_snapshot()
+            finally:
+                tracemalloc.stop()
+            remembered, evictions = len(ENGINE.links), ENGINE.links.evictions
+            if remembered != min(capacity, len(rows)):
+                raise AssertionError(f"E: {remembered} remembered after {len(rows)} dispatches, capacity {capacity}")
+            total = sum(stat.size_diff for stat in end.compare_to(start, "filename"))
+            in_linkage = sum(
+                stat.size_diff
+                for stat in end.filter_traces([tracemalloc.Filter(True, linkage.__file__)]).compare_to(
+                    start.filter_traces([tracemalloc.Filter(True, linkage.__file__)]), "filename"
+                )
+            )
+            return total, in_linkage, evictions
+    finally:
+        provider.shutdown()
+
+
+def case_e(sizes: Sizes) -> list[Row]:
+    handler = _CountingHandler()
+    logger = logging.getLogger("gym_instrument")
+    logger.addHandler(handler)
+    try:
+        rows = workload.make_rows(sizes.dispatches)
+        per_entry, per_entry_linkage, bounded, bounded_linkage, evictions = [], [], [], [], []
+        for _ in range(sizes.memory_rounds):
+            total, in_linkage, _ = retained_bytes(sizes.capacity, rows)
+            per_entry.append(total / len(rows))
+            per_entry_linkage.append(in_linkage / len(rows))
+            total, in_linkage, evicted = retained_bytes(sizes.small_capacity, rows)
+            bounded.append(total)
+            bounded_linkage.append(in_linkage)
+            evictions.append(evicted)
+    finally:
+        logger.removeHandler(handler)
+    warnings = [message for message in handler.messages if "capacity" in message]
+    bound = sizes.small_capacity * 150
+    return [
+        Row(
+            "E",
+            f"memory: bytes retained per remembered dispatch span context, {sizes.dispatches:,} dispatches, "
+            f"capacity {sizes.capacity:,} (tracemalloc, whole process)",
+            f"{_fmt(statistics.median(per_entry), 1)} B/entry",
+            f"of which linkage.py: {_fmt(statistics.median(per_entry_linkage), 1)} B",
+            "B/entry",
+            per_entry,
+            "<= 150 B",
+            statistics.median(per_entry) <= 150,
+        ),
+        Row(
+            "E",
+            f"memory: total retained after {sizes.dispatches:,} dispatches, capacity {sizes.small_capacity:,}",
+            f"{_fmt(statistics.median(bounded) / 1024, 1)} KiB, {statistics.median(evictions):,.0f} evicted",
+            f"of which linkage.py: {_fmt(statistics.median(bounded_linkage) / 1024, 1)} KiB; "
+            f"capacity warnings logged: {len(warnings) // max(sizes.memory_rounds, 1)} per run",
+            "KiB",
+            [value / 1024 for value in bounded],
+            f"<= capacity x 150 B = {bound / 1024:,.1f} KiB",
+            statistics.median(bounded) <= bound,
+        ),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# F. start-up
+
+
+def startup_probe() -> dict[str, Any]:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    completed = subprocess.run(
+        [sys.executable, str(HERE / "startup_probe.py")],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
+    if completed.returncode != 0:
+        raise AssertionError(f"F: the start-up probe failed:\n{completed.stderr}")
+    return json.loads(completed.stdout)
+
+
+def case_f(sizes: Sizes) -> list[Row]:
+    probes = [startup_probe() for _ in range(sizes.startup_rounds)]
+    first = probes[0]
+    if first["nemo_gym_importable"]:
+        raise AssertionError("F: nemo_gym is importable here; the case measures start-up without it")
+    imported = first["imported_by_instrument"]
+    target_modules = sorted({name for probe in probes for name in probe["target_modules_imported"]})
+    hooks = first["pending_hooks"]
+    return [
+        Row(
+            "F",
+            "start-up: `instrument()` with the nemo_gym preset armed, NeMo Gym not importable (fresh process each round)",
+            f"instrument(): {_fmt(statistics.median(p['instrument_ms'] for p in probes))} ms; "
+            f"`import gym_instrument` before it: {_fmt(statistics.median(p['import_ms'] for p in probes))} ms",
+            f"hooks armed for {len(hooks)} modules; {len(imported)} modules imported by instrument()",
+            "ms",
+            [p["instrument_ms"] for p in probes],
+            "<= 5 ms",
+            statistics.median(p["instrument_ms"] for p in probes) <= 5.0,
+            notes=[f"modules imported by `instrument()`: {', '.join(imported) if imported else 'none'}"],
+        ),
+        Row(
+            "F",
+            "start-up: target modules imported by `instrument()` (and by `import gym_instrument`)",
+            f"{len(target_modules)}: {', '.join(target_modules) or 'none'}",
+            f"armed: {', '.join(hooks)}",
+            "modules",
+            [float(len(target_modules))],
+            "0",
+            not target_modules,
+        ),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Locating the row: what the package does vs inspect.signature().bind() on every call
+
+
+def case_bind(sizes: Sizes) -> list[Row]:
+    rows = workload.make_rows(sizes.calls)
+    client = workload.PlainServerClient({"/run": workload.echo_run})
+    post = workload.ServerClient.__dict__["post"]
+    post_signature = inspect.signature(post)
+    row_locator, condition_locator = ArgLocator(post, ("row", "json"), "json"), ArgLocator(post, (), "url_path")
+    send_row_signature = inspect.signature(BARE_SEND_ROW)
+    send_row_locator = ArgLocator(BARE_SEND_ROW, ("row", "json"))
+
+    # wrapt hands a method's wrapper (instance, args without self, kwargs): the package's view.
+    def post_locator(row: Any) -> Any:
+        args, kwargs = ("simple_agent", "/run"), {"json": row}
+        if condition_locator.find(client, args, kwargs) == "/run":
+            return row_locator.find(client, args, kwargs)
+        return None
+
+    def post_bind_cached(row: Any) -> Any:
+        args, kwargs = ("simple_agent", "/run"), {"json": row}
+        arguments = post_signature.bind(client, *args, **kwargs).arguments
+        return arguments["kwargs"].get("json") if arguments["url_path"] == "/run" else None
+
+    def post_bind(row: Any) -> Any:
+        args, kwargs = ("simple_agent", "/run"), {"json": row}
+        arguments = inspect.signature(post).bind(client, *args, **kwargs).arguments
+        return arguments["kwargs"].get("json") if arguments["url_path"] == "/run" else None
+
+    def send_row_located(row: Any) -> Any:
+        return send_row_locator.find(None, (row,), {})
+
+    def send_row_bind_cached(row: Any) -> Any:
+        return send_row_signature.bind(row).arguments["row"]
+
+    def send_row_bind(row: Any) -> Any:
+        return inspect.signature(BARE_SEND_ROW).bind(row).arguments["row"]
+
+    for call in (post_locator, post_bind_cached, post_bind):
+        assert call(rows[0]) is rows[0]
+    for call in (send_row_located, send_row_bind_cached, send_row_bind):
+        assert call(rows[0]) is rows[0]
+
+    result: list[Row] = []
+    for shape, located, cached, uncached in (
+        (
+            "`ServerClient.post(self, server_name, url_path, **kwargs)`: condition + row",
+            post_locator,
+            post_bind_cached,
+            post_bind,
+        ),
+        ("`send_row(row)`: row", send_row_located, send_row_bind_cached, send_row_bind),
+    ):
+        located_us, cached_us, uncached_us = [], [], []
+        for number in range(sizes.call_rounds):
+            order = [(located, located_us), (cached, cached_us), (uncached, uncached_us)]
+            for call, into in order[number % 3 :] + order[: number % 3]:
+                into.append(per_call_us(call, rows))
+        for label, figures in (
+            ("signature cached, `.bind()` per call", cached_us),
+            ("`inspect.signature().bind()` per call", uncached_us),
+        ):
+            result.append(
+                Row(
+                    "bind",
+                    f"locate the row, {shape}",
+                    f"ArgLocator (position found once): {_fmt(statistics.median(located_us), 3)} us",
+                    f"{label}: {_fmt(statistics.median(figures), 3)} us",
+                    "us/call saved",
+                    [f - a for f, a in zip(figures, located_us, strict=True)],
+                    "(none)",
+                    None,
+                )
+            )
+    return result
+
+
+CASES: dict[str, Callable[[Sizes], list[Row]]] = {
+    "A": case_a,
+    "B": case_b,
+    "C": case_c,
+    "D": case_d,
+    "E": case_e,
+    "F": case_f,
+    "bind": case_bind,
+}

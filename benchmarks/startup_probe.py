@@ -1,0 +1,57 @@
+"""Case F, run in a fresh process: ``instrument()`` with the NeMo Gym preset armed, NeMo Gym absent.
+
+Prints one JSON object: how long ``import gym_instrument`` and ``instrument()`` took, which modules
+``instrument()`` imported, whether any target module was imported, and which hooks are armed.
+The SDK is imported first: a zero-code start has it loaded before instrumentors run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+
+from opentelemetry.sdk.trace import TracerProvider
+
+
+def main() -> None:
+    provider = TracerProvider()
+    nemo_gym_importable = importlib.util.find_spec("nemo_gym") is not None
+
+    before_import = set(sys.modules)
+    start = time.perf_counter()
+    import gym_instrument
+    from gym_instrument.presets import PRESETS
+
+    import_ms = (time.perf_counter() - start) * 1e3
+    imported_by_import = sorted(set(sys.modules) - before_import)
+
+    before = set(sys.modules)
+    start = time.perf_counter()
+    gym_instrument.GymInstrumentor().instrument(tracer_provider=provider)
+    instrument_ms = (time.perf_counter() - start) * 1e3
+    imported_by_instrument = sorted(set(sys.modules) - before)
+
+    target_packages = {target.module.split(".")[0] for target in PRESETS["nemo_gym"]}
+    target_modules = sorted(name for name in sys.modules if name.split(".")[0] in target_packages)
+    from gym_instrument import targets
+
+    pending = sorted(getattr(targets, "_PENDING_HOOKS", ()))
+    print(
+        json.dumps(
+            {
+                "nemo_gym_importable": nemo_gym_importable,
+                "import_ms": import_ms,
+                "instrument_ms": instrument_ms,
+                "imported_by_import": len(imported_by_import),
+                "imported_by_instrument": imported_by_instrument,
+                "target_modules_imported": target_modules,
+                "pending_hooks": pending,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
