@@ -69,6 +69,15 @@ def clean_value(value: Any) -> Any:
 def clean_attributes(attributes: Mapping[str, Any], into: dict[str, Any]) -> None:
     """Copy the attributes that fit into ``into``; drop (with a debug line) those that do not."""
     for key, value in attributes.items():
+        kind = type(value)
+        if (
+            type(key) is str
+            and key.isascii()
+            and key
+            and (kind is bool or kind is float or (kind is str and value.isascii()) or (kind is int and _INT64_MIN <= value <= _INT64_MAX))
+        ):
+            into[key] = value  # the usual case, already valid and encodable: copied as is
+            continue
         if not isinstance(key, str) or not key:
             continue
         cleaned = clean_value(value)
@@ -169,9 +178,9 @@ class Recorder:
         instruments = self._instruments
         if instruments is not None:
             return instruments
+        # With no SDK yet, the API's proxy instruments cost one attribute test per add() and start
+        # recording once a meter provider is set, so nothing is looked up again per call.
         provider = self._meter_provider or metrics.get_meter_provider()
-        if type(provider).__name__ in ("_ProxyMeterProvider", "NoOpMeterProvider"):
-            return None  # no SDK: metrics cost a type check
         meter = metrics.get_meter(semconv.INSTRUMENTATION_NAME, __version__, provider, schema_url=_SCHEMA_URL)
         self._instruments = {
             semconv.METRIC_REWARDED: meter.create_counter(
