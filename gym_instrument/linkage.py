@@ -74,18 +74,21 @@ class DispatchLinks:
         rollout_index: int | None,
         attempt: int | None,
         custom_id: str | None,
-    ) -> bool:
-        """Remember an ended dispatch; a later attempt of the same indices replaces the earlier one."""
+    ) -> int:
+        """Remember an ended dispatch; a later attempt of the same indices replaces the earlier one.
+
+        Returns how many older entries this evicted (0 or 1), so the caller can count them.
+        """
         has_indices = task_index is not None and rollout_index is not None
         if not has_indices and custom_id is None:
-            return False
+            return 0
         packed = (
             (span_context.trace_id << _TRACE_SHIFT)
             | (span_context.span_id << _SPAN_SHIFT)
             | (min(attempt or 0, _ATTEMPT_MAX) << 1)
             | (span_context.trace_flags & 1)
         )
-        evicted = False
+        evicted = 0
         with self._lock:
             if has_indices:
                 primary: int | str = _index_key(task_index, rollout_index)  # type: ignore[arg-type]
@@ -106,7 +109,7 @@ class DispatchLinks:
             self._size += 1
             while self._size > self.capacity:
                 self._evict_oldest()
-                evicted = True
+                evicted += 1
             if len(self._order) > 2 * self._size + 1024:
                 self._compact()
         if evicted and not self._warned:
@@ -117,7 +120,7 @@ class DispatchLinks:
                 "OTEL_PYTHON_GYM_LINK_CAPACITY or link_capacity to keep more)",
                 self.capacity,
             )
-        return True
+        return evicted
 
     def take(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
         """Find and forget the dispatch a verdict names (each dispatch is found at most once)."""

@@ -100,13 +100,15 @@ class DispatchRole(Role):
         recorder.end_span(span, call.exception, active.cancelled)
         if call.exception is None:
             identity = call.identity
-            ENGINE.links.remember(
+            evicted = ENGINE.links.remember(
                 span.get_span_context(),
                 identity.task_index,
                 identity.rollout_index,
                 identity.attempt,
                 identity.rollout_id if identity.custom_id else None,
             )
+            if evicted:
+                recorder.count(semconv.METRIC_LINK_EVICTIONS, None, evicted)
         recorder.count(semconv.METRIC_DISPATCHES, {semconv.OUTCOME: active.outcome})
 
 

@@ -240,6 +240,7 @@ def test_capacity_evicts_oldest_and_logs_once(
             pipeline_module.send_row({"_ng_task_index": 0, "_ng_rollout_index": rollout})
     warnings = [r for r in caplog.records if "capacity" in r.getMessage()]
     assert len(warnings) == 1
+    assert telemetry.metric_total(semconv.METRIC_LINK_EVICTIONS) == 2
     pipeline_module.run_health_checks([{"task_index": 0, "rollout_index": r, "verdict": "healthy"} for r in range(5)])
     assert sorted(by_rollout_id(telemetry.spans(semconv.SPAN_HEALTH))) == ["0-2", "0-3", "0-4"]
 
