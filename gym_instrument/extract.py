@@ -187,6 +187,24 @@ def field(obj: Any, name: str) -> Any:
         return MISSING
 
 
+def is_a(value: Any, types: type | tuple[type, ...]) -> bool:
+    """``isinstance`` that a hostile value cannot break: a dead weak proxy, for one, raises from it."""
+    try:
+        return isinstance(value, types)
+    except Exception:
+        return False
+
+
+def plain_str(value: Any) -> str | None:
+    """The characters of a string (a subclass's too, whatever its ``__str__`` does); else None."""
+    if not is_a(value, str):
+        return None
+    try:
+        return str.__str__(value)
+    except TypeError:  # claims to be a string and is not one
+        return None
+
+
 def index_value(value: Any) -> int | None:
     """An int >= 0 that fits int64 (not a bool), else None."""
     if type(value) is int and 0 <= value <= _INT64_MAX:
@@ -202,40 +220,51 @@ def _bounded_plain(value: Any, depth: int, budget: list[int]) -> Any:
         return value
     if type(value) is int:
         return value if -_INT64_MAX - 1 <= value <= _INT64_MAX else "…"
-    if isinstance(value, str):
-        return utf8_safe(str.__str__(value)[:_TASK_ID_MAX_CHARS])
+    text = plain_str(value)
+    if text is not None:
+        return utf8_safe(text[:_TASK_ID_MAX_CHARS])
     if depth >= _TASK_ID_MAX_DEPTH:
         return "…"
-    if isinstance(value, Mapping):
-        plain: dict[str, Any] = {}
-        for index, (key, item) in enumerate(value.items()):
-            if index >= _TASK_ID_MAX_ITEMS:
-                plain["…"] = "…"
-                break
-            if isinstance(key, str):
-                key = utf8_safe(str.__str__(key)[:_TASK_ID_MAX_CHARS])
-            elif type(key) in (int, float, bool) or key is None:
-                key = json.dumps(key)
-            else:
-                continue
-            plain[key] = _bounded_plain(item, depth + 1, budget)
-        return plain
-    if isinstance(value, (list, tuple)):
-        return [_bounded_plain(item, depth + 1, budget) for item in value[:_TASK_ID_MAX_ITEMS]]
+    try:
+        if is_a(value, Mapping):
+            plain: dict[str, Any] = {}
+            for index, (key, item) in enumerate(value.items()):
+                if index >= _TASK_ID_MAX_ITEMS:
+                    plain["…"] = "…"
+                    break
+                key_text = plain_str(key)
+                if key_text is not None:
+                    key = utf8_safe(key_text[:_TASK_ID_MAX_CHARS])
+                elif type(key) in (int, float, bool) or key is None:
+                    key = json.dumps(key)
+                else:
+                    continue
+                plain[key] = _bounded_plain(item, depth + 1, budget)
+            return plain
+        if is_a(value, (list, tuple)):
+            return [_bounded_plain(item, depth + 1, budget) for item in value[:_TASK_ID_MAX_ITEMS]]
+    except Exception:
+        if depth == 0:
+            raise  # the task id itself cannot be read: the next field is tried
+        return "…"  # a part that cannot be read is cut like a part that is too large
     return "…"
 
 
 def render_task_id(value: Any) -> str | None:
     """A task id as a string: ``str()`` of a scalar, compact sorted JSON of a mapping or list."""
-    if isinstance(value, bool) or value is None:
+    if type(value) is bool or value is None:
         return None
-    if isinstance(value, str):
-        return utf8_safe(str.__str__(value)) if value else None
+    text = plain_str(value)
+    if text is not None:
+        return utf8_safe(text) if text else None
     if type(value) is int:
-        return str(value) if -_INT64_MAX - 1 <= value <= _INT64_MAX else None
+        try:
+            return str(value)  # a string attribute: ids beyond int64 (uint64 hashes) are fine here
+        except ValueError:  # more digits than the interpreter converts
+            return None
     if type(value) is float:
         return repr(value)
-    if isinstance(value, (Mapping, list, tuple)):
+    if is_a(value, (Mapping, list, tuple)):
         rendered = json.dumps(
             _bounded_plain(value, 0, [_TASK_ID_MAX_ITEMS * 4]), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         )
@@ -246,18 +275,20 @@ def render_task_id(value: Any) -> str | None:
 def task_id_of(row: Any) -> str | None:
     for name in _TASK_ID_FIELDS:
         value = field(row, name)
-        if value is MISSING or value is None or isinstance(value, bool) or (isinstance(value, str) and not value):
+        if value is MISSING or value is None or type(value) is bool:
             continue
-        rendered = render_task_id(value)
+        try:
+            rendered = render_task_id(value)
+        except Exception:  # a value that cannot be read is no id: the next field is tried
+            continue
         if rendered is not None:
             return rendered
     return None
 
 
 def rollout_id_string(value: Any) -> str | None:
-    if isinstance(value, str) and value:
-        return utf8_safe(str.__str__(value))
-    return None
+    text = plain_str(value)
+    return utf8_safe(text) if text else None
 
 
 def index_form(task_index: int, rollout_index: int, attempt: int | None) -> str:
@@ -298,7 +329,7 @@ def rollout_identity(row: Any) -> RolloutIdentity:
     if row is None:
         return identity
     episode = field(row, "episode_id")
-    if episode is not MISSING and episode is not None and not isinstance(episode, (str, int)):
+    if episode is not MISSING and episode is not None and not is_a(episode, (str, int)):
         # NeMo Gym's native episode body: {"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", ...}}
         identity.rollout_id = rollout_id_string(field(episode, "rollout_id"))
         identity.attempt = index_value(field(episode, "attempt"))
@@ -382,19 +413,25 @@ def verify_request_attributes(call: Call) -> dict[str, Any]:
 
 def reward_of(result: Any) -> float | None:
     """The reward when it is numeric (int or float, not bool), finite and not masked; else None."""
-    if type(result) in (int, float):
+    if _is_number(result):
         value = result
     else:
         if field(result, "mask_sample") is True:
             return None
         value = field(result, "reward")
-        if type(value) not in (int, float):
+        if not _is_number(value):
             return None
     try:
-        reward = float(value)
+        # float subclasses (numpy.float64) count; their own __float__ is not trusted
+        reward = float.__float__(value) if issubclass(type(value), float) else int.__float__(value)
     except OverflowError:
         return None
     return reward if math.isfinite(reward) else None
+
+
+def _is_number(value: Any) -> bool:
+    kind = type(value)
+    return kind is not bool and issubclass(kind, (int, float))
 
 
 def verify_result_attributes(call: Call) -> dict[str, Any]:
@@ -410,9 +447,9 @@ def verify_result_attributes(call: Call) -> dict[str, Any]:
         masked = field(result, "mask_sample")
         if type(masked) is bool:
             attributes[semconv.VERIFY_MASKED] = masked
-        failure_kind = field(result, "failure_kind")
-        if isinstance(failure_kind, str) and failure_kind:
-            attributes[semconv.FAILURE_KIND] = utf8_safe(str.__str__(failure_kind))
+        failure_kind = rollout_id_string(field(result, "failure_kind"))
+        if failure_kind is not None:
+            attributes[semconv.FAILURE_KIND] = failure_kind
     return attributes
 
 
@@ -425,10 +462,10 @@ def verdicts_of(result: Any) -> Sequence[Any]:
 
     One-shot iterators are never consumed: the host still needs them.
     """
-    if isinstance(result, (list, tuple)):
+    if is_a(result, (list, tuple)):
         return result
     rollouts = field(result, "rollouts")
-    if isinstance(rollouts, (list, tuple)):
+    if is_a(rollouts, (list, tuple)):
         return rollouts
     if result is not None and _is_verdict(result):
         return (result,)
@@ -438,13 +475,16 @@ def verdicts_of(result: Any) -> Sequence[Any]:
 def verdict_checks(verdict: Any) -> list[str]:
     """Sorted, distinct check ids of a verdict's findings."""
     findings = field(verdict, "findings")
-    if not isinstance(findings, (list, tuple)):
+    if not is_a(findings, (list, tuple)):
         return []
     checks = set()
-    for finding in findings:
-        check = field(finding, "check")
-        if isinstance(check, str) and check:
-            checks.add(utf8_safe(str.__str__(check)))
+    try:
+        for finding in findings:
+            check = rollout_id_string(field(finding, "check"))
+            if check is not None:
+                checks.add(check)
+    except Exception:  # findings that cannot be read are no findings
+        return []
     return sorted(checks)
 
 
@@ -452,9 +492,9 @@ def verdict_attributes(call: Call) -> dict[str, Any]:
     """SPEC section 4: the verdict name and the sorted distinct failed checks."""
     verdict = call.verdict
     attributes: dict[str, Any] = {semconv.HEALTH_CHECKS: verdict_checks(verdict)}
-    name = field(verdict, "verdict")
-    if isinstance(name, str):
-        attributes[semconv.HEALTH_VERDICT] = utf8_safe(str.__str__(name))
+    name = plain_str(field(verdict, "verdict"))
+    if name is not None:
+        attributes[semconv.HEALTH_VERDICT] = utf8_safe(name)
     return attributes
 
 
@@ -464,6 +504,8 @@ def verdict_identity(verdict: Any) -> tuple[str | None, int | None, int | None]:
     rollout_index = field(verdict, "rollout_index")
     if task_index is MISSING and rollout_index is MISSING:  # a rollout_verdicts.jsonl row
         task_index, rollout_index = field(verdict, "_ng_task_index"), field(verdict, "_ng_rollout_index")
+    if any(value is not MISSING and value is not None and index_value(value) is None for value in (task_index, rollout_index)):
+        return None, None, None  # not even through a bare "{task}-{rollout}" id beside them
     return rollout_id_string(field(verdict, "rollout_id")), index_value(task_index), index_value(rollout_index)
 
 
