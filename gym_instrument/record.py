@@ -8,6 +8,8 @@ exporter accept, ending spans with the error rules, and the bounded metric instr
 from __future__ import annotations
 
 import logging
+import sys
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -103,8 +105,18 @@ class _Once:
         if id(culprit) in self._seen:
             return
         self._seen.add(id(culprit))
-        name = getattr(culprit, "__qualname__", None) or type(culprit).__qualname__
-        _LOG.warning("gym_instrument: %s %s raised; it is skipped for this call", what, name, exc_info=True)
+        try:
+            name = getattr(culprit, "__qualname__", None) or type(culprit).__qualname__
+        except Exception:
+            name = type(culprit).__qualname__
+        # Where it failed, never what it said: an exception's message can quote the row it choked
+        # on (pydantic's ValidationError does), and row content stays out of logs at every level.
+        error = sys.exc_info()[1]
+        kind = utf8_safe(error_type(error)) if error is not None else "an exception"
+        frames = traceback.format_list(traceback.extract_tb(error.__traceback__)) if error is not None else []
+        _LOG.warning(
+            "gym_instrument: %s %s raised %s; it is skipped for this call\n%s", what, name, kind, "".join(frames).rstrip()
+        )
 
 
 FAILURES = _Once()
@@ -162,9 +174,32 @@ class Recorder:
                 span.set_attribute(semconv.ERROR_TYPE, semconv.ERROR_TYPE_CANCELLED)
                 span.set_status(Status(StatusCode.ERROR, "cancelled"))
             else:
-                span.set_attribute(semconv.ERROR_TYPE, error_type(exception))
-                span.record_exception(exception, escaped=True)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exception).__name__}: {exception}"[:256]))
+                kind = error_type(exception)
+                try:
+                    message: str | None = str(exception)
+                except Exception:
+                    message = None
+                if message is not None and utf8_safe(message) is message and utf8_safe(kind) is kind:
+                    span.record_exception(exception, escaped=True)
+                else:
+                    # str() raises, or says something OTLP cannot carry (one such string makes the
+                    # exporter drop its whole batch): the same event, from values that are safe.
+                    message = utf8_safe(message) if message is not None else f"<{type(exception).__name__}: str() failed>"
+                    kind = utf8_safe(kind)
+                    stacktrace = utf8_safe(
+                        "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
+                    )
+                    span.add_event(
+                        "exception",
+                        {
+                            "exception.type": kind,
+                            "exception.message": message,
+                            "exception.stacktrace": stacktrace,
+                            "exception.escaped": "True",
+                        },
+                    )
+                span.set_attribute(semconv.ERROR_TYPE, kind)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exception).__name__}: {message}"[:256]))
         span.end()
 
     def emit_child(self, tracer: trace.Tracer, name: str, parent: SpanContext, attributes: dict[str, Any]) -> None:
