@@ -1,0 +1,1 @@
+"""Reliability and security: bad input, faults, load, processes and leaks, observed as a user would."""
