@@ -90,7 +90,7 @@ class DispatchRole(Role):
 
     def on_end(self, active: Active) -> None:
         span, call = active.span, active.call
-        recorder = ENGINE.recorder
+        recorder = active.recorder
         if span is None:
             return
         if not span.is_recording():
@@ -100,7 +100,7 @@ class DispatchRole(Role):
         recorder.end_span(span, call.exception, active.cancelled)
         if call.exception is None:
             identity = call.identity
-            evicted = ENGINE.links.remember(
+            evicted = active.links.remember(
                 span.get_span_context(),
                 identity.task_index,
                 identity.rollout_index,
@@ -125,9 +125,9 @@ class VerifyRole(Role):
             span.end()
             return
         attributes = active.set_end_attributes()
-        ENGINE.recorder.end_span(span, active.call.exception, active.cancelled)
+        active.recorder.end_span(span, active.call.exception, active.cancelled)
         if semconv.ROLLOUT_REWARD in attributes:
-            ENGINE.recorder.count(semconv.METRIC_REWARDED)
+            active.recorder.count(semconv.METRIC_REWARDED)
 
 
 class HealthRole(Role):
@@ -140,12 +140,12 @@ class HealthRole(Role):
     def on_end(self, active: Active) -> None:
         call = active.call
         if call.exception is None:
-            self.emit(active.tracer, active.binding, call, call.result)
+            self.emit(active, call.result)
 
     @staticmethod
-    def emit(tracer: trace.Tracer, binding: Binding, call: Call, result: Any) -> None:
-        links, recorder = ENGINE.links, ENGINE.recorder
-        extractors = binding.end_extractors
+    def emit(active: Active, result: Any) -> None:
+        tracer, call, links, recorder = active.tracer, active.call, active.links, active.recorder
+        extractors = active.binding.end_extractors
         for verdict in verdicts_of(result):
             rollout_id, task_index, rollout_index = verdict_identity(verdict)
             link = links.take(rollout_id, task_index, rollout_index)
@@ -220,7 +220,7 @@ class Binding:
 class Active:
     """One traced call in flight. :meth:`finish` is the single, idempotent place it ends."""
 
-    __slots__ = ("_done", "_tokens", "binding", "call", "cancelled", "ctx", "guard", "span", "tracer")
+    __slots__ = ("_done", "_tokens", "binding", "call", "cancelled", "ctx", "guard", "links", "recorder", "span", "tracer")
 
     def __init__(
         self, binding: Binding, tracer: trace.Tracer, call: Call, span: Span | None, ctx: Any, guard: tuple[str, int]
@@ -231,6 +231,10 @@ class Active:
         self.span = span
         self.ctx = ctx
         self.guard = guard
+        # Fixed when the call starts: an uninstrument() while it is in flight must not send its end
+        # (the reward count, the dispatch remembered for its verdict) to the next configuration.
+        self.recorder = ENGINE.recorder
+        self.links = ENGINE.links
         self.cancelled = False
         self._tokens: tuple[object, Token[Any]] | None = None
         self._done = False
@@ -434,7 +438,7 @@ def _async_generator_wrapper(binding: Binding) -> Callable[..., Any]:
 
 def _emit_health_item(active: Active, item: Any) -> None:
     try:
-        HealthRole.emit(active.tracer, active.binding, active.call, item)
+        HealthRole.emit(active, item)
     except Exception:
         FAILURES.failed("health item of", active.binding.role)
 
