@@ -121,6 +121,26 @@ class ScoringServer(SimpleResourcesServer):
         return VerifyResponse(reward=body.answer)
 
 
+class GatedScoringServer(ScoringServer):
+    """Holds every verify at a gate (an asyncio.Event, or a threading.Event for verify_sync)."""
+
+    def __init__(self, gate: Any) -> None:
+        self.gate = gate
+        self.waiting = 0
+        self._lock = threading.Lock()
+
+    async def verify(self, body: VerifyRequest) -> VerifyResponse:
+        self.waiting += 1
+        await self.gate.wait()
+        return await super().verify(body)
+
+    def verify_sync(self, body: VerifyRequest) -> VerifyResponse:
+        with self._lock:
+            self.waiting += 1
+        self.gate.wait()
+        return super().verify_sync(body)
+
+
 class ServerClient:
     """Every POST goes through here; only ``/run`` is a rollout."""
 
