@@ -1,0 +1,329 @@
+"""The end-to-end assertions: what the OTLP receiver got, against what NeMo Gym wrote.
+
+Every check appends a readable failure instead of raising, so one run reports everything
+that is wrong at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from otlp_json import Received, Span
+
+DISPATCH_SPAN = "gym.rollout.dispatch"
+VERIFY_SPAN = "gym.verify"
+REWARDED_COUNTER = "gym.rollout.rewarded_total"
+
+ROLLOUT_ID = "nemo.gym.rollout.id"
+TASK_ID = "nemo.gym.task.id"
+TASK_INDEX = "nemo.gym.task.index"
+REPEAT = "nemo.gym.rollout.repeat"
+AGENT_NAME = "nemo.gym.agent.name"
+REWARD = "nemo.gym.rollout.reward"
+
+TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id")
+
+
+@dataclass
+class Report:
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def fail(self, message: str) -> None:
+        self.failures.append(message)
+
+    def check(self, condition: bool, message: str) -> bool:
+        if not condition:
+            self.failures.append(message)
+        return condition
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One rollout as NeMo Gym recorded it: the dispatched row and the scored result."""
+
+    task_index: int
+    rollout_index: int
+    agent_name: str
+    row: dict[str, Any]
+    reward: float | None
+
+    @property
+    def rollout_id(self) -> str:
+        explicit = self.row.get("_ng_rollout_id")
+        if isinstance(explicit, str) and explicit:
+            return explicit
+        rollout_id = f"{self.task_index}-{self.rollout_index}"
+        attempt = self.row.get("_ng_attempt_index")
+        if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0:
+            rollout_id += f"-a{attempt}"
+        return rollout_id
+
+    @property
+    def expected_task_id(self) -> str | None:
+        for name in (*TASK_ID_FIELDS, "task_name"):
+            value = self.row.get(name)
+            if value is None or value == "" or isinstance(value, bool):
+                continue
+            if isinstance(value, (dict, list)):
+                return json.dumps(value, sort_keys=True, separators=(",", ":"))
+            return str(value)
+        return None
+
+
+def join_rollouts(materialized_rows: list[dict[str, Any]], results: list[dict[str, Any]], report: Report) -> list[Rollout]:
+    """Pair each result in rollouts.jsonl with the row that was dispatched for it."""
+    rows_by_key = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in materialized_rows}
+    rollouts = []
+    for result in results:
+        key = (result["_ng_task_index"], result["_ng_rollout_index"])
+        row = rows_by_key.get(key)
+        if not report.check(row is not None, f"rollouts.jsonl has {key} but the materialized inputs do not"):
+            continue
+        reward = result.get("reward")
+        rollouts.append(
+            Rollout(
+                task_index=key[0],
+                rollout_index=key[1],
+                agent_name=result["agent_ref"]["name"],
+                row=row,
+                reward=float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
+            )
+        )
+    return sorted(rollouts, key=lambda r: (r.task_index, r.rollout_index))
+
+
+def _by_rollout_id(spans: list[Span], span_name: str, report: Report) -> dict[str, list[Span]]:
+    grouped: dict[str, list[Span]] = defaultdict(list)
+    missing = 0
+    for span in spans:
+        if span.name != span_name:
+            continue
+        rollout_id = span.attributes.get(ROLLOUT_ID)
+        if isinstance(rollout_id, str) and rollout_id:
+            grouped[rollout_id].append(span)
+        else:
+            missing += 1
+    report.check(missing == 0, f"{missing} `{span_name}` span(s) carry no `{ROLLOUT_ID}`")
+    return grouped
+
+
+def _ancestry(span: Span, spans_by_id: dict[str, Span]) -> list[Span]:
+    chain = [span]
+    while chain[-1].parent_span_id and len(chain) < 64:
+        parent = spans_by_id.get(chain[-1].parent_span_id)
+        if parent is None:
+            break
+        chain.append(parent)
+    return chain
+
+
+def check_gym_spans(rollouts: list[Rollout], received: Received, report: Report) -> None:
+    """Per rollout: one dispatch span with the row's identity, one verify span with its reward."""
+    spans_by_id = {span.span_id: span for span in received.spans}
+    dispatches = _by_rollout_id(received.spans, DISPATCH_SPAN, report)
+    verifies = _by_rollout_id(received.spans, VERIFY_SPAN, report)
+    expected_ids = {rollout.rollout_id for rollout in rollouts}
+
+    dispatch_count = sum(len(v) for v in dispatches.values())
+    verify_count = sum(len(v) for v in verifies.values())
+    report.notes.append(f"{DISPATCH_SPAN}: {dispatch_count} spans; {VERIFY_SPAN}: {verify_count} spans; rollouts: {len(rollouts)}")
+    report.check(
+        dispatch_count == len(rollouts),
+        f"expected {len(rollouts)} `{DISPATCH_SPAN}` spans (one per rollout in rollouts.jsonl), got {dispatch_count}",
+    )
+    report.check(
+        verify_count == len(rollouts),
+        f"expected {len(rollouts)} `{VERIFY_SPAN}` spans (one per rollout in rollouts.jsonl), got {verify_count}",
+    )
+    for unexpected in sorted(set(dispatches) - expected_ids):
+        report.fail(f"`{DISPATCH_SPAN}` with {ROLLOUT_ID}={unexpected!r} matches no rollout in rollouts.jsonl")
+    for unexpected in sorted(set(verifies) - expected_ids):
+        report.fail(f"`{VERIFY_SPAN}` with {ROLLOUT_ID}={unexpected!r} matches no rollout in rollouts.jsonl")
+
+    dispatch_traces: dict[str, str] = {}
+    for rollout in rollouts:
+        rid = rollout.rollout_id
+        found = dispatches.get(rid, [])
+        if not report.check(len(found) == 1, f"rollout {rid}: expected 1 `{DISPATCH_SPAN}`, got {len(found)}"):
+            continue
+        dispatch = found[0]
+        attrs = dispatch.attributes
+        report.check(dispatch.kind == "INTERNAL", f"rollout {rid}: dispatch span kind is {dispatch.kind}, not INTERNAL")
+        report.check(dispatch.status != "ERROR", f"rollout {rid}: dispatch span status is ERROR")
+        report.check(
+            attrs.get(REPEAT) == rollout.rollout_index and not isinstance(attrs.get(REPEAT), bool),
+            f"rollout {rid}: {REPEAT}={attrs.get(REPEAT)!r}, expected {rollout.rollout_index}",
+        )
+        report.check(
+            attrs.get(TASK_INDEX) == rollout.task_index,
+            f"rollout {rid}: {TASK_INDEX}={attrs.get(TASK_INDEX)!r}, expected {rollout.task_index}",
+        )
+        expected_task_id = rollout.expected_task_id
+        if expected_task_id is None:
+            report.check(TASK_ID not in attrs, f"rollout {rid}: the row has no task id, yet {TASK_ID}={attrs.get(TASK_ID)!r}")
+        else:
+            report.check(
+                attrs.get(TASK_ID) == expected_task_id,
+                f"rollout {rid}: {TASK_ID}={attrs.get(TASK_ID)!r}, expected {expected_task_id!r}",
+            )
+        report.check(
+            attrs.get(AGENT_NAME) == rollout.agent_name,
+            f"rollout {rid}: {AGENT_NAME}={attrs.get(AGENT_NAME)!r}, expected {rollout.agent_name!r}",
+        )
+        previous = dispatch_traces.get(dispatch.trace_id)
+        report.check(previous is None, f"rollouts {previous} and {rid} share trace {dispatch.trace_id}")
+        dispatch_traces[dispatch.trace_id] = rid
+
+        found_verify = verifies.get(rid, [])
+        if not report.check(len(found_verify) == 1, f"rollout {rid}: expected 1 `{VERIFY_SPAN}`, got {len(found_verify)}"):
+            continue
+        verify = found_verify[0]
+        report.check(verify.kind == "INTERNAL", f"rollout {rid}: verify span kind is {verify.kind}, not INTERNAL")
+        report.check(verify.status != "ERROR", f"rollout {rid}: verify span status is ERROR")
+        report.check(
+            verify.trace_id == dispatch.trace_id,
+            f"rollout {rid}: verify span is in trace {verify.trace_id}, its dispatch in {dispatch.trace_id}",
+        )
+        chain = _ancestry(verify, spans_by_id)
+        report.check(
+            dispatch in chain,
+            f"rollout {rid}: verify span is not a descendant of its dispatch span "
+            f"(ancestry: {' <- '.join(s.name for s in chain)})",
+        )
+        reward = verify.attributes.get(REWARD)
+        if rollout.reward is None:
+            report.check(REWARD not in verify.attributes, f"rollout {rid}: unscored in rollouts.jsonl, yet {REWARD}={reward!r}")
+        else:
+            report.check(
+                isinstance(reward, float) and math.isclose(reward, rollout.reward, rel_tol=0.0, abs_tol=1e-12),
+                f"rollout {rid}: {REWARD}={reward!r}, rollouts.jsonl says {rollout.reward!r}",
+            )
+
+
+def rewarded_counter_total(received: Received, report: Report) -> float | None:
+    points = [p for p in received.metric_points if p.name == REWARDED_COUNTER]
+    if not points:
+        return None
+    cumulative = [p for p in points if p.temporality != "DELTA"]
+    if cumulative:
+        report.fail(f"`{REWARDED_COUNTER}` arrived with {cumulative[0].temporality} temporality; the run asks for DELTA")
+        return None
+    return float(sum(p.value or 0 for p in points))
+
+
+def check_rewarded_counter(received: Received, report: Report) -> None:
+    rewarded_spans = sum(1 for s in received.spans if s.name == VERIFY_SPAN and REWARD in s.attributes)
+    total = rewarded_counter_total(received, report)
+    report.notes.append(f"{REWARDED_COUNTER}: {total} (verify spans with a reward: {rewarded_spans})")
+    if total is None:
+        report.fail(f"no `{REWARDED_COUNTER}` metric points arrived at the receiver")
+        return
+    report.check(
+        total == rewarded_spans,
+        f"`{REWARDED_COUNTER}` adds up to {total}, but {rewarded_spans} verify spans carry a reward",
+    )
+
+
+def _baggage_rollout_id(header: str | None) -> str | None:
+    for member in (header or "").split(","):
+        key, _, value = member.strip().partition("=")
+        if unquote(key.strip()) == ROLLOUT_ID:
+            return unquote(value.split(";", 1)[0].strip())
+    return None
+
+
+def check_model_baggage(rollouts: list[Rollout], model_requests: list[dict[str, Any]], report: Report) -> None:
+    """The rollout id reaches the model API as W3C baggage, on every model call."""
+    expected_ids = {r.rollout_id for r in rollouts}
+    seen = [_baggage_rollout_id(request.get("baggage")) for request in model_requests]
+    without = sum(1 for rollout_id in seen if rollout_id is None)
+    report.notes.append(f"model requests: {len(model_requests)}, carrying {ROLLOUT_ID} baggage: {len(seen) - without}")
+    report.check(bool(model_requests), "the model server received no requests")
+    report.check(without == 0, f"{without} of {len(model_requests)} model requests carried no `{ROLLOUT_ID}` baggage")
+    strangers = sorted({rid for rid in seen if rid is not None} - expected_ids)
+    report.check(not strangers, f"model requests carried unknown rollout ids in baggage: {strangers}")
+    missing = sorted(expected_ids - set(seen))
+    report.check(not missing, f"no model request carried the baggage of rollouts {missing}")
+
+
+def check_http_propagation(rollouts: list[Rollout], received: Received, report: Report) -> None:
+    """Without any gym span: each rollout's /run and /verify server spans share one trace."""
+    run_spans = [s for s in received.spans if s.kind == "SERVER" and s.name == "POST /run"]
+    verify_spans = [s for s in received.spans if s.kind == "SERVER" and s.name == "POST /verify"]
+    report.notes.append(f"HTTP server spans: POST /run {len(run_spans)}, POST /verify {len(verify_spans)}")
+    report.check(len(run_spans) == len(rollouts), f"expected {len(rollouts)} `POST /run` server spans, got {len(run_spans)}")
+    report.check(
+        len(verify_spans) == len(rollouts), f"expected {len(rollouts)} `POST /verify` server spans, got {len(verify_spans)}"
+    )
+    run_traces = defaultdict(int)
+    for span in run_spans:
+        run_traces[span.trace_id] += 1
+    report.check(all(n == 1 for n in run_traces.values()), "two `POST /run` server spans share a trace")
+    orphans = sum(1 for s in verify_spans if s.trace_id not in run_traces)
+    report.check(orphans == 0, f"{orphans} `POST /verify` server spans are in no rollout's trace (context was not propagated)")
+
+
+def check_no_leaked_request_context(received: Received, report: Report) -> None:
+    """No request handled inside an earlier, already-ended request's context.
+
+    uvicorn starts a request that arrives on a keep-alive connection before the previous
+    response completed from inside the previous request's task, which copies its context
+    (CPython issue 140947). The ASGI middleware then sees a current span, makes the new
+    request an INTERNAL child of the ended one and ignores its `traceparent` and `baggage`:
+    the rollout is attributed to another rollout's trace and id.
+    """
+    spans_by_id = {span.span_id: span for span in received.spans}
+    leaked = []
+    for span in received.spans:
+        parent = spans_by_id.get(span.parent_span_id)
+        if (
+            span.kind == "INTERNAL"
+            and parent is not None
+            and parent.kind == "SERVER"
+            and span.name == parent.name
+            and span.start_ns >= parent.end_ns
+        ):
+            leaked.append(f"{span.name} (trace {span.trace_id}, started {(span.start_ns - parent.end_ns) / 1e6:.2f} ms after its parent ended)")
+    report.check(
+        not leaked,
+        f"{len(leaked)} request(s) ran inside an earlier request's ended server span, ignoring their own "
+        f"traceparent/baggage (context leaked across keep-alive requests in uvicorn): {leaked}",
+    )
+
+
+def excerpt_lines(rollouts: list[Rollout], received: Received, max_spans: int = 8) -> list[str]:
+    """A few real spans of one rollout's trace, trimmed to names, ids and gym attributes."""
+    with_task_id = [r for r in rollouts if r.expected_task_id is not None] or rollouts
+    dispatch = None
+    for rollout in with_task_id:
+        dispatch = next(
+            (s for s in received.spans if s.name == DISPATCH_SPAN and s.attributes.get(ROLLOUT_ID) == rollout.rollout_id),
+            None,
+        )
+        if dispatch is not None:
+            break
+    if dispatch is None:
+        return []
+    trace = sorted((s for s in received.spans if s.trace_id == dispatch.trace_id), key=lambda s: s.start_ns)
+    keep = [s for s in trace if s.name.startswith("gym.")]
+    keep += [s for s in trace if not s.name.startswith("gym.")][: max(0, max_spans - len(keep))]
+    lines = []
+    for span in sorted(keep, key=lambda s: s.start_ns):
+        trimmed: dict[str, Any] = {
+            "name": span.name,
+            "kind": span.kind,
+            "traceId": span.trace_id,
+            "spanId": span.span_id,
+            "parentSpanId": span.parent_span_id,
+        }
+        gym_attributes = {k: v for k, v in span.attributes.items() if k.startswith("nemo.gym.")}
+        if gym_attributes:
+            trimmed["attributes"] = gym_attributes
+        lines.append(json.dumps(trimmed))
+    return lines
