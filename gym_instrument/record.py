@@ -8,6 +8,7 @@ exporter accept, ending spans with the error rules, and the bounded metric instr
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -15,6 +16,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
 
@@ -76,7 +78,12 @@ def clean_attributes(attributes: Mapping[str, Any], into: dict[str, Any]) -> Non
             type(key) is str
             and key.isascii()
             and key
-            and (kind is bool or kind is float or (kind is str and value.isascii()) or (kind is int and _INT64_MIN <= value <= _INT64_MAX))
+            and (
+                kind is bool
+                or kind is float
+                or (kind is str and value.isascii())
+                or (kind is int and _INT64_MIN <= value <= _INT64_MAX)
+            )
         ):
             into[key] = value  # the usual case, already valid and encodable: copied as is
             continue
@@ -143,6 +150,7 @@ class Recorder:
         self._meter_provider = meter_provider
         self._tracer: trace.Tracer | None = None
         self._instruments: dict[str, Any] | None = None
+        self._provider_from_environment = OTEL_PYTHON_TRACER_PROVIDER in os.environ
 
     # -- tracing -------------------------------------------------------------------------------
 
@@ -150,6 +158,15 @@ class Recorder:
         """The tracer, or None when nothing would record: no SDK, or instrumentation suppressed."""
         tracer = self._tracer
         if tracer is None:
+            if (
+                self._tracer_provider is None
+                and not self._provider_from_environment
+                and getattr(trace, "_TRACER_PROVIDER", self) is None
+            ):
+                # No global provider is set yet: known without get_tracer_provider(), which reads
+                # os.environ on every call until one is set (most of a call's cost with no SDK). The
+                # API keeps the provider in that module attribute; were it ever gone, _resolve_tracer decides.
+                return None
             tracer = self._resolve_tracer()
             if tracer is None:
                 return None
