@@ -297,24 +297,25 @@ def check_no_leaked_request_context(received: Received, report: Report) -> None:
     )
 
 
-def excerpt_lines(rollouts: list[Rollout], received: Received, max_spans: int = 8) -> list[str]:
-    """A few real spans of one rollout's trace, trimmed to names, ids and gym attributes."""
-    with_task_id = [r for r in rollouts if r.expected_task_id is not None] or rollouts
-    dispatch = None
+def excerpt_lines(rollouts: list[Rollout], received: Received) -> list[str]:
+    """One rollout's path from dispatch to verify, as real spans trimmed to names, ids and gym attributes."""
+    spans_by_id = {span.span_id: span for span in received.spans}
+    with_task_id = [r for r in rollouts if r.expected_task_id is not None] + rollouts
     for rollout in with_task_id:
-        dispatch = next(
-            (s for s in received.spans if s.name == DISPATCH_SPAN and s.attributes.get(ROLLOUT_ID) == rollout.rollout_id),
-            None,
-        )
-        if dispatch is not None:
-            break
-    if dispatch is None:
+        named = [s for s in received.spans if s.attributes.get(ROLLOUT_ID) == rollout.rollout_id]
+        dispatch = next((s for s in named if s.name == DISPATCH_SPAN), None)
+        verify = next((s for s in named if s.name == VERIFY_SPAN), None)
+        if dispatch is None or verify is None:
+            continue
+        chain = _ancestry(verify, spans_by_id)
+        if dispatch not in chain:
+            continue
+        path = list(reversed(chain[: chain.index(dispatch) + 1]))
+        break
+    else:
         return []
-    trace = sorted((s for s in received.spans if s.trace_id == dispatch.trace_id), key=lambda s: s.start_ns)
-    keep = [s for s in trace if s.name.startswith("gym.")]
-    keep += [s for s in trace if not s.name.startswith("gym.")][: max(0, max_spans - len(keep))]
     lines = []
-    for span in sorted(keep, key=lambda s: s.start_ns):
+    for span in path:
         trimmed: dict[str, Any] = {
             "name": span.name,
             "kind": span.kind,
@@ -322,6 +323,9 @@ def excerpt_lines(rollouts: list[Rollout], received: Received, max_spans: int = 
             "spanId": span.span_id,
             "parentSpanId": span.parent_span_id,
         }
+        url = span.attributes.get("url.full") or span.attributes.get("http.url")
+        if span.kind == "CLIENT" and isinstance(url, str):
+            trimmed["http.url"] = url
         gym_attributes = {k: v for k, v in span.attributes.items() if k.startswith("nemo.gym.")}
         if gym_attributes:
             trimmed["attributes"] = gym_attributes

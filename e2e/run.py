@@ -489,8 +489,8 @@ def run(args: argparse.Namespace) -> int:
                 "--no-serve",
                 f"+input_jsonl_fpath={TASKS}",
                 f"+output_jsonl_fpath={rollouts_path}",
-                f"+num_repeats={NUM_REPEATS}",
-                "+num_samples_in_parallel=4",
+                f"+num_repeats={args.repeats}",
+                f"+num_samples_in_parallel={args.concurrency}",
                 *head,
             ],
             collect_log,
@@ -557,7 +557,7 @@ def run(args: argparse.Namespace) -> int:
             if args.write_excerpt and not report.failures:
                 write_excerpt(excerpt, EXCERPT)
                 log(f"wrote {EXCERPT.relative_to(REPO)}")
-            print("\nExcerpt of the received spans (one rollout's trace, trimmed):")
+            print("\nExcerpt of the received spans (one rollout, from dispatch to verify, trimmed):")
             for line in excerpt:
                 print(f"  {line}")
             print()
@@ -580,8 +580,9 @@ def write_excerpt(lines: list[str], path: Path) -> None:
     path.write_text(
         "# Spans from the end-to-end run\n\n"
         "Written by `python3 e2e/run.py --write-excerpt` (the `make e2e` run): one rollout's trace as the OTLP\n"
-        "receiver got it from NeMo Gym 0.4.0, trimmed to names, ids and the `nemo.gym.*` attributes.\n"
-        "HTTP spans come from the aiohttp-client and FastAPI instrumentations.\n\n"
+        "receiver got it from NeMo Gym 0.4.0: the path from the collector's dispatch to the resources\n"
+        "server's verify, across three processes, trimmed to names, ids and the `nemo.gym.*` attributes.\n"
+        "The HTTP spans come from the aiohttp-client and FastAPI instrumentations.\n\n"
         f"```json\n{body}\n```\n"
     )
 
@@ -589,6 +590,8 @@ def write_excerpt(lines: list[str], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--without-package", action="store_true", help="do not install gym_instrument; check the pipeline and HTTP propagation only")
+    parser.add_argument("--repeats", type=int, default=NUM_REPEATS, help=f"rollouts per task (default {NUM_REPEATS})")
+    parser.add_argument("--concurrency", type=int, default=4, help="rollouts in flight at once (default 4)")
     parser.add_argument("--write-excerpt", action="store_true", help=f"refresh {EXCERPT.relative_to(REPO)} after a passing run")
     args = parser.parse_args()
     try:
