@@ -11,7 +11,9 @@ up. ``dict`` order alone would not do: popping its first key scans past every de
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import weakref
 from collections import deque
 from typing import NamedTuple
 
@@ -53,6 +55,11 @@ class DispatchLinks:
         if capacity < 1:
             raise ValueError(f"link capacity must be >= 1, got {capacity}")
         self.capacity = capacity
+        self._empty()
+        _ALL_LINKS.add(self)
+
+    def _empty(self) -> None:
+        """Nothing remembered, nothing evicted yet, and a lock nobody holds."""
         self.evictions = 0
         self._entries: dict[int | str, int] = {}
         # For dispatches with both indices and a custom id (the index key is then primary):
@@ -197,6 +204,22 @@ class DispatchLinks:
         custom_secondaries = set(self._custom_of_index.values())
         self._order = deque(key for key in self._entries if key not in custom_secondaries)
         self._stale.clear()
+
+
+# A forked child starts with an empty memory and fresh locks: a lock another thread held at the
+# fork is never released in the child (its next dispatch would hang there), and the parent's
+# dispatches are the parent's to report (a child reporting them too would duplicate their health
+# spans). A spawned child imports the package anew and starts empty anyway.
+_ALL_LINKS: weakref.WeakSet[DispatchLinks] = weakref.WeakSet()
+
+
+def _forget_in_forked_child() -> None:
+    for links in list(_ALL_LINKS):
+        links._empty()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_forked_child)
 
 
 def _unpack(packed: int) -> SpanContext:
