@@ -45,6 +45,11 @@ _ACTIVE: ContextVar[tuple[str, int] | None] = ContextVar("gym_instrument_active"
 
 _CANCELLATION = (asyncio.CancelledError, GeneratorExit)
 
+# Metric attributes per outcome, built once (never mutated: instruments only read them).
+_OUTCOME_ATTRIBUTES = {
+    outcome: {semconv.OUTCOME: outcome} for outcome in (semconv.OUTCOME_OK, semconv.OUTCOME_ERROR, semconv.OUTCOME_CANCELLED)
+}
+
 
 class Engine:
     """What every binding records with; ``instrument()`` swaps it, ``uninstrument()`` resets it."""
@@ -109,7 +114,7 @@ class DispatchRole(Role):
             )
             if evicted:
                 recorder.count(semconv.METRIC_LINK_EVICTIONS, None, evicted)
-        recorder.count(semconv.METRIC_DISPATCHES, {semconv.OUTCOME: active.outcome})
+        recorder.count(semconv.METRIC_DISPATCHES, _OUTCOME_ATTRIBUTES[active.outcome])
 
 
 class VerifyRole(Role):
@@ -183,6 +188,7 @@ class Binding:
         self.function = function
         self.armed = True
         self.locator = ArgLocator(function, role.row_names, row_arg)
+        self.function_guard = (role.name, id(function))  # the guard of a call without an instance
         self.conditions = tuple((ArgLocator(function, (), name), value) for name, value in (when or {}).items())
         if role.name == semconv.ROLE_HEALTH:
             self.start_extractors: tuple[Extractor, ...] = ()
@@ -197,11 +203,11 @@ class Binding:
             value = locator.find(instance, args, kwargs)
             if value is MISSING or type(value) is not type(expected) or value != expected:
                 return False
-        return _ACTIVE.get() != (self.role.name, id(instance) if instance is not None else id(self.function))
+        return _ACTIVE.get() != (self.function_guard if instance is None else (self.role.name, id(instance)))
 
     def start(self, tracer: trace.Tracer, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Active:
         """Start the span for one call (health: no span, only the call is kept for its verdicts)."""
-        guard = (self.role.name, id(instance) if instance is not None else id(self.function))
+        guard = self.function_guard if instance is None else (self.role.name, id(instance))
         call = Call(self.role.name, self.target, self.function, instance, args, kwargs, self.locator)
         role = self.role
         if role.span_name is None:
@@ -257,6 +263,8 @@ class Active:
 
     def set_end_attributes(self) -> dict[str, Any]:
         attributes: dict[str, Any] = {}
+        if not self.binding.end_extractors:
+            return attributes
         run_extractors(self.binding.end_extractors, self.call, attributes)
         if attributes and self.span is not None:
             self.span.set_attributes(attributes)
