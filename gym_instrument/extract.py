@@ -24,6 +24,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from opentelemetry import baggage, context
@@ -197,6 +198,8 @@ def is_a(value: Any, types: type | tuple[type, ...]) -> bool:
 
 def plain_str(value: Any) -> str | None:
     """The characters of a string (a subclass's too, whatever its ``__str__`` does); else None."""
+    if type(value) is str:
+        return value  # the usual case, and what str.__str__ returns for it
     if not is_a(value, str):
         return None
     try:
@@ -345,11 +348,13 @@ def rollout_identity(row: Any) -> RolloutIdentity:
                 if identity.attempt is None:
                     identity.attempt = parsed_attempt
     else:
+        # A row parsed from JSON is a plain dict: read it directly (absent and None mean the same here).
+        read = row.get if type(row) is dict else partial(field, row)
         identity.task_id = task_id_of(row)
-        identity.task_index = index_value(field(row, "_ng_task_index"))
-        identity.rollout_index = index_value(field(row, "_ng_rollout_index"))
-        identity.attempt = index_value(field(row, "_ng_attempt_index"))
-        explicit = rollout_id_string(field(row, "_ng_rollout_id"))
+        identity.task_index = index_value(read("_ng_task_index"))
+        identity.rollout_index = index_value(read("_ng_rollout_index"))
+        identity.attempt = index_value(read("_ng_attempt_index"))
+        explicit = rollout_id_string(read("_ng_rollout_id"))
         if explicit is not None:
             identity.rollout_id = explicit
             identity.custom_id = parse_index_form(explicit) is None
