@@ -3,10 +3,11 @@
 The plain functions are what the benchmarks instrument with :class:`gym_instrument.Target`
 objects (``workload:ServerClient.post`` with ``url_path == "/run"``, ``workload:send_row``,
 ``workload:SimpleResourcesServer.verify`` reaching the subclass override,
-``workload:run_health_checks``). The ``Hand*`` twins and ``hand_*`` functions are the baseline:
-the same spans, attributes and W3C baggage written inline the way a careful engineer would,
-with the OpenTelemetry API only. Bodies are deliberately trivial so that a ratio compares the
-tracing, not the work.
+``workload:run_health_checks``). The ``Lean*``/``lean_*`` and ``Idiomatic*``/``idiomatic_*``
+twins and ``hand_health_spans`` are the baselines: the same spans, attributes and W3C baggage
+written inline the way a careful engineer would, with the OpenTelemetry API only. Bodies are
+deliberately trivial so that a ratio compares the tracing, not the work. The health types are
+pydantic models shaped like NeMo Gym's ``rollout_health`` ones.
 
 Rows are NeMo Gym's flat rows: an input line of ``tests/data/mcqa_inputs.jsonl`` plus
 ``task_id``, ``_ng_task_index``, ``_ng_rollout_index`` and ``agent_ref``.
@@ -18,13 +19,12 @@ import asyncio
 import json
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from opentelemetry import baggage, context, metrics, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gym_instrument import semconv
 
@@ -90,6 +90,13 @@ class ServerClient:
         return Response(200, await self.routes[url_path](kwargs.get("json")))
 
 
+class PlainServerClient:
+    """``ServerClient`` as it was before instrumenting: the same function object, never patched."""
+
+    __init__ = ServerClient.__init__
+    post = ServerClient.__dict__["post"]
+
+
 def send_row(row: dict[str, Any]) -> dict[str, Any]:
     """A synchronous rollout loop's dispatch of one row."""
     return {"_ng_task_index": row["_ng_task_index"], "_ng_rollout_index": row["_ng_rollout_index"], "reward": 1.0}
@@ -150,27 +157,29 @@ async def collect(client: Any, rows: Iterable[dict[str, Any]]) -> list[Response]
     return await asyncio.gather(*(client.post("simple_agent", "/run", json=row) for row in rows))
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(BaseModel):
+    """NeMo Gym's ``rollout_health.Finding``: evidence from one check."""
+
     check: str
-    subject: str = "rollout"
-    locator: str | None = None
-    detail: str = ""
+    subject: dict[str, int | str]
+    locator: dict[str, int | str] | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class RolloutDigest:
-    task_index: int
-    rollout_index: int
+class RolloutDigest(BaseModel):
+    """NeMo Gym's ``rollout_health.RolloutDigest``: one rollout's verdict."""
+
+    task_index: int | str
+    rollout_index: int | str
     rollout_id: str
     verdict: str
-    findings: tuple[Finding, ...] = ()
-    unobserved: tuple[str, ...] = ()
+    findings: list[Finding]
+    unobserved: list[str]
+    capture_observed: bool
 
 
-@dataclass
-class HealthCheckResult:
-    rollouts: list[RolloutDigest] = field(default_factory=list)
+class HealthCheckResult(BaseModel):
+    rollouts: list[RolloutDigest]
 
 
 # Health results by rollouts path, prepared by the benchmark: the function itself is not timed.
@@ -190,16 +199,26 @@ def make_health_result(rows: Iterable[Mapping[str, Any]]) -> HealthCheckResult:
     digests = []
     for number, row in enumerate(rows):
         task_index, rollout_index = row["_ng_task_index"], row["_ng_rollout_index"]
-        findings: tuple[Finding, ...] = ()
+        subject = {"task_index": task_index, "rollout_index": rollout_index}
+        findings = []
         if number % 5 == 0:
-            findings = tuple(Finding(_CHECKS[(number + k) % len(_CHECKS)], locator=f"turn/{k}") for k in range(1 + number % 3))
+            findings = [
+                Finding(check=_CHECKS[(number + k) % len(_CHECKS)], subject=subject, locator={"turn": k})
+                for k in range(1 + number % 3)
+            ]
             findings += findings[:1]  # a check that fails twice is listed once on the span
         digests.append(
             RolloutDigest(
-                task_index, rollout_index, f"{task_index}-{rollout_index}", "unhealthy" if findings else "healthy", findings
+                task_index=task_index,
+                rollout_index=rollout_index,
+                rollout_id=f"{task_index}-{rollout_index}",
+                verdict="unhealthy" if findings else "healthy",
+                findings=findings,
+                unobserved=[],
+                capture_observed=True,
             )
         )
-    return HealthCheckResult(digests)
+    return HealthCheckResult(rollouts=digests)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,52 +274,45 @@ def rollout_attributes(row: Mapping[str, Any]) -> tuple[dict[str, Any], str | No
     return attributes, rollout_id
 
 
-def _record_error(span: trace.Span, exception: BaseException) -> None:
+def error_type(exception: BaseException) -> str:
     kind = type(exception)
-    span.set_attribute(
-        semconv.ERROR_TYPE, kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    )
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _record_error(span: trace.Span, exception: BaseException) -> None:
+    span.set_attribute(semconv.ERROR_TYPE, error_type(exception))
     span.record_exception(exception, escaped=True)
-    span.set_status(Status(StatusCode.ERROR, f"{kind.__name__}: {exception}"))
+    span.set_status(Status(StatusCode.ERROR, f"{type(exception).__name__}: {exception}"))
 
 
-class PlainServerClient:
-    """``ServerClient`` as it was before instrumenting: the same function object, never patched."""
-
-    __init__ = ServerClient.__init__
-    post = ServerClient.__dict__["post"]
+def _dispatch_context(span: trace.Span, rollout_id: str | None) -> context.Context:
+    ctx = trace.set_span_in_context(span)
+    return baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id, ctx) if rollout_id is not None else ctx
 
 
-# The hand-written twins do not subclass the plain classes: the verify target reaches subclasses.
-class HandServerClient:
-    __init__ = ServerClient.__init__
-
-    async def post(self, server_name: str, url_path: str, **kwargs: Any) -> Response:
-        if url_path != "/run":
-            return Response(200, await self.routes[url_path](kwargs.get("json")))
-        attributes, rollout_id = rollout_attributes(kwargs["json"])
-        span = Hand.tracer.start_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes)
-        ctx = trace.set_span_in_context(span)
-        if rollout_id is not None:
-            ctx = baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id, ctx)
-        token = context.attach(ctx)
-        try:
-            return Response(200, await self.routes[url_path](kwargs.get("json")))
-        except BaseException as exception:
-            _record_error(span, exception)
-            raise
-        finally:
-            context.detach(token)
-            span.end()
+def _verify_attributes(response: VerifyResponse) -> dict[str, Any]:
+    reward = response.reward
+    if not response.mask_sample and type(reward) in (int, float) and math.isfinite(reward):
+        return {semconv.ROLLOUT_REWARD: float(reward), semconv.VERIFY_MASKED: response.mask_sample}
+    return {semconv.VERIFY_MASKED: response.mask_sample}
 
 
-def hand_send_row(row: dict[str, Any]) -> dict[str, Any]:
+def _baggage_rollout_id() -> dict[str, Any]:
+    rollout_id = baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID)
+    return {semconv.ROLLOUT_ID: rollout_id} if isinstance(rollout_id, str) and rollout_id else {}
+
+
+# Two ways of writing the same spans inline. "Lean": one start_span, one context.attach of the span
+# and the baggage entry, error recording by hand, end() -- the fewest calls into the API. "Idiomatic":
+# the API's documented context manager, tracer.start_as_current_span, with the baggage attached
+# inside it and error.type added on the way out -- what NeMo Gym's own in-tree tracing does
+# (context-manager spans).
+
+
+def lean_send_row(row: dict[str, Any]) -> dict[str, Any]:
     attributes, rollout_id = rollout_attributes(row)
     span = Hand.tracer.start_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes)
-    ctx = trace.set_span_in_context(span)
-    if rollout_id is not None:
-        ctx = baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id, ctx)
-    token = context.attach(ctx)
+    token = context.attach(_dispatch_context(span, rollout_id))
     try:
         return {"_ng_task_index": row["_ng_task_index"], "_ng_rollout_index": row["_ng_rollout_index"], "reward": 1.0}
     except BaseException as exception:
@@ -311,13 +323,64 @@ def hand_send_row(row: dict[str, Any]) -> dict[str, Any]:
         span.end()
 
 
-class HandMcqaResourcesServer:
+def idiomatic_send_row(row: dict[str, Any]) -> dict[str, Any]:
+    attributes, rollout_id = rollout_attributes(row)
+    with Hand.tracer.start_as_current_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes) as span:
+        token = context.attach(baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id)) if rollout_id is not None else None
+        try:
+            return {"_ng_task_index": row["_ng_task_index"], "_ng_rollout_index": row["_ng_rollout_index"], "reward": 1.0}
+        except BaseException as exception:
+            span.set_attribute(semconv.ERROR_TYPE, error_type(exception))
+            raise
+        finally:
+            if token is not None:
+                context.detach(token)
+
+
+# The hand-written twins do not subclass the plain classes: the verify target reaches subclasses.
+class LeanServerClient:
+    __init__ = ServerClient.__init__
+
+    async def post(self, server_name: str, url_path: str, **kwargs: Any) -> Response:
+        if url_path != "/run":
+            return Response(200, await self.routes[url_path](kwargs.get("json")))
+        attributes, rollout_id = rollout_attributes(kwargs["json"])
+        span = Hand.tracer.start_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes)
+        token = context.attach(_dispatch_context(span, rollout_id))
+        try:
+            return Response(200, await self.routes[url_path](kwargs.get("json")))
+        except BaseException as exception:
+            _record_error(span, exception)
+            raise
+        finally:
+            context.detach(token)
+            span.end()
+
+
+class IdiomaticServerClient:
+    __init__ = ServerClient.__init__
+
+    async def post(self, server_name: str, url_path: str, **kwargs: Any) -> Response:
+        if url_path != "/run":
+            return Response(200, await self.routes[url_path](kwargs.get("json")))
+        attributes, rollout_id = rollout_attributes(kwargs["json"])
+        with Hand.tracer.start_as_current_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes) as span:
+            token = (
+                context.attach(baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id)) if rollout_id is not None else None
+            )
+            try:
+                return Response(200, await self.routes[url_path](kwargs.get("json")))
+            except BaseException as exception:
+                span.set_attribute(semconv.ERROR_TYPE, error_type(exception))
+                raise
+            finally:
+                if token is not None:
+                    context.detach(token)
+
+
+class LeanResourcesServer:
     async def verify(self, body: VerifyRequest) -> VerifyResponse:
-        attributes: dict[str, Any] = {}
-        rollout_id = baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID)
-        if isinstance(rollout_id, str) and rollout_id:
-            attributes[semconv.ROLLOUT_ID] = rollout_id
-        span = Hand.tracer.start_span(semconv.SPAN_VERIFY, kind=SpanKind.INTERNAL, attributes=attributes)
+        span = Hand.tracer.start_span(semconv.SPAN_VERIFY, kind=SpanKind.INTERNAL, attributes=_baggage_rollout_id())
         token = context.attach(trace.set_span_in_context(span))
         try:
             await asyncio.sleep(0)
@@ -328,14 +391,30 @@ class HandMcqaResourcesServer:
             span.end()
             raise
         context.detach(token)
-        reward = response.reward
-        if not response.mask_sample and type(reward) in (int, float) and math.isfinite(reward):
-            span.set_attributes({semconv.ROLLOUT_REWARD: float(reward), semconv.VERIFY_MASKED: response.mask_sample})
+        attributes = _verify_attributes(response)
+        span.set_attributes(attributes)
+        if semconv.ROLLOUT_REWARD in attributes:
             Hand.rewarded.add(1)
-        else:
-            span.set_attribute(semconv.VERIFY_MASKED, response.mask_sample)
         span.end()
         return response
+
+
+class IdiomaticResourcesServer:
+    async def verify(self, body: VerifyRequest) -> VerifyResponse:
+        with Hand.tracer.start_as_current_span(
+            semconv.SPAN_VERIFY, kind=SpanKind.INTERNAL, attributes=_baggage_rollout_id()
+        ) as span:
+            try:
+                await asyncio.sleep(0)
+                response = VerifyResponse(reward=score(body))
+            except BaseException as exception:
+                span.set_attribute(semconv.ERROR_TYPE, error_type(exception))
+                raise
+            attributes = _verify_attributes(response)
+            span.set_attributes(attributes)
+            if semconv.ROLLOUT_REWARD in attributes:
+                Hand.rewarded.add(1)
+            return response
 
 
 def hand_health_spans(result: HealthCheckResult, parents: dict[str, SpanContext]) -> None:
