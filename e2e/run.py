@@ -83,6 +83,14 @@ class E2EFailure(Exception):
     """A step failed; the message says which and where its log is."""
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind so that every started process is stopped."""
+
+
+def _stop_on_signal(signum: int, frame: object) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
 def log(message: str) -> None:
     print(f"[e2e {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -594,14 +602,16 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="rollouts in flight at once (default 4)")
     parser.add_argument("--write-excerpt", action="store_true", help=f"refresh {EXCERPT.relative_to(REPO)} after a passing run")
     args = parser.parse_args()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on_signal)
     try:
         return run(args)
     except E2EFailure as error:
         log(f"FAILED: {error}")
         log(f"logs are in {WORK}")
         return 1
-    except KeyboardInterrupt:
-        log("interrupted")
+    except (KeyboardInterrupt, Stopped) as stop:
+        log(f"interrupted ({stop or 'SIGINT'}); everything this run started has been stopped")
         return 130
 
 
