@@ -132,7 +132,9 @@ def check_gym_spans(rollouts: list[Rollout], received: Received, report: Report)
 
     dispatch_count = sum(len(v) for v in dispatches.values())
     verify_count = sum(len(v) for v in verifies.values())
-    report.notes.append(f"{DISPATCH_SPAN}: {dispatch_count} spans; {VERIFY_SPAN}: {verify_count} spans; rollouts: {len(rollouts)}")
+    report.notes.append(
+        f"{DISPATCH_SPAN}: {dispatch_count} spans; {VERIFY_SPAN}: {verify_count} spans; rollouts: {len(rollouts)}"
+    )
     report.check(
         dispatch_count == len(rollouts),
         f"expected {len(rollouts)} `{DISPATCH_SPAN}` spans (one per rollout in rollouts.jsonl), got {dispatch_count}",
@@ -289,7 +291,8 @@ def check_no_leaked_request_context(received: Received, report: Report) -> None:
             and span.name == parent.name
             and span.start_ns >= parent.end_ns
         ):
-            leaked.append(f"{span.name} (trace {span.trace_id}, started {(span.start_ns - parent.end_ns) / 1e6:.2f} ms after its parent ended)")
+            gap_ms = (span.start_ns - parent.end_ns) / 1e6
+            leaked.append(f"{span.name} (trace {span.trace_id}, started {gap_ms:.2f} ms after its parent ended)")
     report.check(
         not leaked,
         f"{len(leaked)} request(s) ran inside an earlier request's ended server span, ignoring their own "

@@ -96,9 +96,9 @@ class Script:
         if answer is None:
             return {"kind": "final", "text": "I do not know."}
         if self._next_count(prompt) % 2 == 0:
-            return {"kind": "right", "text": "Thinking it over, the answer is \\boxed{%s}" % answer["expected"]}
+            return {"kind": "right", "text": f"Thinking it over, the answer is \\boxed{{{answer['expected']}}}"}
         wrong = next((letter for letter in answer["letters"] if letter != answer["expected"]), "Z")
-        return {"kind": "wrong", "text": "Thinking it over, the answer is \\boxed{%s}" % wrong}
+        return {"kind": "wrong", "text": f"Thinking it over, the answer is \\boxed{{{wrong}}}"}
 
 
 def responses_body(request: dict[str, Any], turn: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +171,7 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
         def _send_json(self, status: int, body: dict[str, Any]) -> None:
@@ -182,13 +182,13 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(payload)
 
-        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        def do_GET(self) -> None:
             if self.path.rstrip("/") in ("", "/v1/models", "/models"):
                 self._send_json(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
             else:
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
-        def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 request = json.loads(self.rfile.read(length) or b"{}")

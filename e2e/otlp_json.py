@@ -103,7 +103,9 @@ def _metric_points(obj: dict[str, Any]) -> list[MetricPoint]:
                 value = float(point["asDouble"])
             else:
                 value = None
-            points.append(MetricPoint(obj.get("name", ""), data_kind, temporality, value, attributes(point.get("attributes", []))))
+            points.append(
+                MetricPoint(obj.get("name", ""), data_kind, temporality, value, attributes(point.get("attributes", [])))
+            )
     return points
 
 

@@ -37,8 +37,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO = E2E_DIR.parent
@@ -216,7 +216,9 @@ class Processes:
         self.env = env
         self.started: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, name: str, command: list[str], log_path: Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(
+        self, name: str, command: list[str], log_path: Path, cwd: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         log(f"starting {name}: {' '.join(command)}")
         out = log_path.open("ab")
         process = subprocess.Popen(
@@ -311,7 +313,13 @@ class Processes:
             log(f"killed {len(stragglers)} leftover process(es) of this run: {stragglers}")
 
 
-def wait_for(description: str, condition: Callable[[], bool], timeout: float, alive: Callable[[], str | None] | None = None, interval: float = 0.5) -> None:
+def wait_for(
+    description: str,
+    condition: Callable[[], bool],
+    timeout: float,
+    alive: Callable[[], str | None] | None = None,
+    interval: float = 0.5,
+) -> None:
     """Poll `condition` until true; fail after `timeout` or as soon as `alive()` reports a death."""
     deadline = time.monotonic() + timeout
     while True:
@@ -419,7 +427,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         # 1. The OTLP receiver: its own env, not instrumented.
         receiver_env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
-        receiver = processes.start("oteltap", [str(bin_dir / "oteltap"), "--port", str(receiver_port)], spans_path, WORK, receiver_env)
+        receiver = processes.start(
+            "oteltap", [str(bin_dir / "oteltap"), "--port", str(receiver_port)], spans_path, WORK, receiver_env
+        )
         wait_for(
             f"the OTLP receiver on 127.0.0.1:{receiver_port}",
             lambda: port_open(receiver_port),
@@ -451,7 +461,7 @@ def run(args: argparse.Namespace) -> int:
 
         # 3. NeMo Gym's servers, under the zero-code launcher (the servers inherit it).
         configs = [arg for path in GYM_CONFIGS for arg in ("--config", str(gym_site / path))]
-        head = [f"+head_server.host=127.0.0.1", f"+head_server.port={head_port}"]
+        head = ["+head_server.host=127.0.0.1", f"+head_server.port={head_port}"]
         env_start = processes.start(
             "gym env start",
             [
@@ -479,7 +489,13 @@ def run(args: argparse.Namespace) -> int:
                 raise E2EFailure(f"NeMo Gym reported {match.group(0)}; log: {env_log}")
             return bool(match)
 
-        wait_for("`All N / N servers ready` from gym env start", servers_ready, TIMEOUT_SERVERS_READY, exited(env_start, "gym env start", env_log), interval=1)
+        wait_for(
+            "`All N / N servers ready` from gym env start",
+            servers_ready,
+            TIMEOUT_SERVERS_READY,
+            exited(env_start, "gym env start", env_log),
+            interval=1,
+        )
         count = int(ready.search(env_log.read_text(errors="replace")).group(1))
         if count != EXPECTED_SERVERS:
             raise E2EFailure(f"expected {EXPECTED_SERVERS} servers, gym env start started {count}; log: {env_log}")
@@ -507,7 +523,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             collect.wait(timeout=TIMEOUT_COLLECTION)
         except subprocess.TimeoutExpired:
-            raise E2EFailure(f"rollout collection did not finish in {TIMEOUT_COLLECTION}s; log: {collect_log}\n{tail(collect_log)}")
+            raise E2EFailure(
+                f"rollout collection did not finish in {TIMEOUT_COLLECTION}s; log: {collect_log}\n{tail(collect_log)}"
+            ) from None
         if collect.returncode != 0:
             raise E2EFailure(f"rollout collection failed (exit {collect.returncode}); log: {collect_log}\n{tail(collect_log)}")
 
@@ -515,15 +533,21 @@ def run(args: argparse.Namespace) -> int:
         materialized = read_jsonl(rollouts_path.with_name("rollouts_materialized_inputs.jsonl"))
         failures_file = read_jsonl(rollouts_path.with_name("rollouts_failures.jsonl"))
         if failures_file:
-            raise E2EFailure(f"NeMo Gym recorded {len(failures_file)} failed rollouts: {rollouts_path.with_name('rollouts_failures.jsonl')}")
+            raise E2EFailure(
+                f"NeMo Gym recorded {len(failures_file)} failed rollouts: {rollouts_path.with_name('rollouts_failures.jsonl')}"
+            )
         if len(results) != len(materialized) or not results:
-            raise E2EFailure(f"rollouts.jsonl has {len(results)} rows for {len(materialized)} dispatched rows; log: {collect_log}")
+            raise E2EFailure(
+                f"rollouts.jsonl has {len(results)} rows for {len(materialized)} dispatched rows; log: {collect_log}"
+            )
         log(f"collected {len(results)} rollouts after {time.monotonic() - started_at:.0f}s")
 
         report = checks.Report()
         rollouts = checks.join_rollouts(materialized, results, report)
         rewards = {r.reward for r in rollouts}
-        report.check({0.0, 1.0} <= rewards, f"the scripted model should give both rewards 0.0 and 1.0; got {sorted(rewards, key=str)}")
+        report.check(
+            {0.0, 1.0} <= rewards, f"the scripted model should give both rewards 0.0 and 1.0; got {sorted(rewards, key=str)}"
+        )
 
         # 5. Wait (bounded) until the spans have crossed the wire, then stop the servers.
         def spans_arrived() -> bool:
@@ -597,7 +621,11 @@ def write_excerpt(lines: list[str], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--without-package", action="store_true", help="do not install gym_instrument; check the pipeline and HTTP propagation only")
+    parser.add_argument(
+        "--without-package",
+        action="store_true",
+        help="do not install gym_instrument; check the pipeline and HTTP propagation only",
+    )
     parser.add_argument("--repeats", type=int, default=NUM_REPEATS, help=f"rollouts per task (default {NUM_REPEATS})")
     parser.add_argument("--concurrency", type=int, default=4, help="rollouts in flight at once (default 4)")
     parser.add_argument("--write-excerpt", action="store_true", help=f"refresh {EXCERPT.relative_to(REPO)} after a passing run")
