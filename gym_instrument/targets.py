@@ -285,16 +285,46 @@ class Patcher:
 
 
 def check_importable(target: Target) -> str | None:
-    """Why a target's top-level package cannot be imported, or None (its modules are not imported)."""
+    """Why a target's module cannot be found, or None. Nothing is imported to find out: a
+    package's modules are looked up on its path, the way the import system would."""
     import importlib.util
 
-    top = target.module.split(".")[0]
+    top, *parts = target.module.split(".")
     try:
-        if top in sys.modules or importlib.util.find_spec(top) is not None:
-            return None
+        spec = getattr(sys.modules[top], "__spec__", None) if top in sys.modules else importlib.util.find_spec(top)
     except (ImportError, ValueError) as error:
         return f"target {target}: cannot import {top!r}: {error}"
-    return f"target {target}: no module named {top!r}"
+    if spec is None and top not in sys.modules:
+        return f"target {target}: no module named {top!r}"
+    name = top
+    for part in parts:
+        parent, name = name, f"{name}.{part}"
+        if name in sys.modules:
+            spec = getattr(sys.modules[name], "__spec__", None)
+            continue
+        module = sys.modules.get(parent)
+        locations = getattr(module, "__path__", None) if module is not None else getattr(spec, "submodule_search_locations", None)
+        if locations is None:
+            return None if spec is None else f"target {target}: no module named {name!r} ({parent!r} is not a package)"
+        spec = _find_submodule(name, list(locations))
+        if spec is None:
+            return f"target {target}: no module named {name!r}"
+    return None
+
+
+def _find_submodule(name: str, locations: list[str]) -> Any:
+    """The spec the import system's finders give for a submodule on its package's path, or None."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        try:
+            spec = find_spec(name, locations)
+        except Exception:
+            continue
+        if spec is not None:
+            return spec
+    return None
 
 
 def decorate(role: str, function: Callable[..., Any] | None, **options: Any) -> Any:
