@@ -128,8 +128,17 @@ def _missing_attribute(target: Target) -> str | None:
     if module is None:
         return None  # found when its module is imported (post-import hook)
     owner: Any = module
-    for part in target.qualname.split("."):
+    *owner_path, attribute = target.qualname.split(".")
+    for part in owner_path:
         owner = getattr(owner, part, None)
         if owner is None:
             return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
-    return None
+    try:
+        defined_here = attribute in vars(owner)
+    except TypeError:
+        defined_here = False
+    if defined_here:
+        return None
+    if getattr(owner, attribute, None) is not None:  # patching it would need the class that defines it
+        return f"target {target}: {target.qualname!r} is inherited, not defined there; target the class that defines it"
+    return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
