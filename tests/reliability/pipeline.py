@@ -121,6 +121,10 @@ class ScoringServer(SimpleResourcesServer):
         return VerifyResponse(reward=body.answer)
 
 
+class PlainScoringServer(ScoringServer):
+    """Inherits verify and verify_sync, overriding neither."""
+
+
 class GatedScoringServer(ScoringServer):
     """Holds every verify at a gate (an asyncio.Event, or a threading.Event for verify_sync)."""
 
