@@ -518,4 +518,5 @@ DEFAULT_EXTRACTORS: dict[str, tuple[Extractor, ...]] = {
     semconv.ROLE_DISPATCH: (dispatch_attributes,),
     semconv.ROLE_VERIFY: (verify_request_attributes, verify_result_attributes),
     semconv.ROLE_HEALTH: (verdict_attributes,),
+    semconv.ROLE_ISOLATE: (),
 }

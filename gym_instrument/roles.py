@@ -74,6 +74,10 @@ class Role:
     def current_context(self, span: Span, call: Call) -> context.Context:
         return trace.set_span_in_context(span)
 
+    def spanless_context(self) -> context.Context | None:
+        """For a role with no span: the context to make current during the call (None: leave it)."""
+        return None
+
     def on_end(self, active: Active) -> None:
         raise NotImplementedError
 
@@ -168,7 +172,26 @@ class HealthRole(Role):
             )
 
 
-ROLES: dict[str, Role] = {role.name: role for role in (DispatchRole(), VerifyRole(), HealthRole())}
+class IsolateRole(Role):
+    """A request boundary: the call runs in an empty OpenTelemetry context, with no gym call active.
+
+    uvicorn can start a keep-alive connection's next request inside the context of the previous
+    one (its task is created from a transport callback that ran in that context); the ASGI
+    middleware would then parent the request to the previous request's ended span and ignore
+    its own ``traceparent`` and ``baggage``, so a verify would carry another rollout's id.
+    """
+
+    name = semconv.ROLE_ISOLATE
+    span_name = None
+
+    def spanless_context(self) -> context.Context:
+        return context.Context()
+
+    def on_end(self, active: Active) -> None:
+        pass
+
+
+ROLES: dict[str, Role] = {role.name: role for role in (DispatchRole(), VerifyRole(), HealthRole(), IsolateRole())}
 
 
 class Binding:
@@ -211,7 +234,7 @@ class Binding:
         call = Call(self.role.name, self.target, self.function, instance, args, kwargs, self.locator)
         role = self.role
         if role.span_name is None:
-            return Active(self, tracer, call, None, None, guard)
+            return Active(self, tracer, call, None, role.spanless_context(), guard)
         attributes: dict[str, Any] = {}
         run_extractors(self.start_extractors, call, attributes)
         span = tracer.start_span(role.span_name, kind=SpanKind.INTERNAL, attributes=attributes)

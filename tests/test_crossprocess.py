@@ -42,7 +42,7 @@ def environment(receiver: OtlpReceiver, service: str, targets: str, baggage: str
         "OTEL_METRICS_EXPORTER": "none",
         "OTEL_LOGS_EXPORTER": "none",
         "OTEL_BSP_SCHEDULE_DELAY": "100",
-        "OTEL_PYTHON_GYM_PRESETS": "none",
+        "OTEL_PYTHON_GYM_PRESETS": "nemo_gym",  # NeMo Gym is absent; its uvicorn request boundary applies
         "OTEL_PYTHON_GYM_TARGETS": targets,
         "OTEL_PYTHON_GYM_BAGGAGE": baggage,
     }

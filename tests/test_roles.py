@@ -417,3 +417,47 @@ def test_dispatch_parents_follow_the_callers_context(kinds: Any, telemetry: Any)
     span = only_dispatch(telemetry)
     assert span.parent.span_id == parent.get_span_context().span_id
     assert context.get_current() == context.get_current()  # nothing left attached
+
+
+# -- isolate: a request boundary ----------------------------------------------------------------
+
+
+def test_isolate_runs_the_call_in_an_empty_context(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    """A request started inside a previous request's context (uvicorn keep-alive) starts clean."""
+    name = make_module(
+        "from opentelemetry import baggage, trace\n\n"
+        "class Cycle:\n"
+        "    async def run_asgi(self, app):\n"
+        "        return trace.get_current_span(), baggage.get_all(), await app()\n"
+    )
+    module = importlib.import_module(name)
+    instrument(targets=[f"{name}:Cycle.run_asgi=isolate", f"{name}:Cycle.run_asgi=isolate"])
+
+    @gym_instrument.verify
+    async def verify(body: Any) -> Any:
+        return {"reward": 1.0}
+
+    async def app() -> Any:
+        return await verify({})
+
+    async def previous_request() -> Any:
+        tracer = telemetry.tracer_provider.get_tracer("previous")
+        with tracer.start_as_current_span("POST /verify"):
+            token = context.attach(baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, "0-0"))
+            try:
+                # the leaked context: a verify of the previous request is running in it
+                @gym_instrument.verify
+                async def leaking(body: Any) -> Any:
+                    return await module.Cycle().run_asgi(app)
+
+                return await leaking({})
+            finally:
+                context.detach(token)
+
+    current_span, current_baggage, result = asyncio.run(previous_request())
+    assert current_span is trace.INVALID_SPAN and current_baggage == {}
+    assert result == {"reward": 1.0}
+    inner = [span for span in telemetry.spans(semconv.SPAN_VERIFY) if span.parent is None]
+    assert len(inner) == 1  # the inner verify is traced, as a root, with no leaked rollout id
+    assert semconv.ROLLOUT_ID not in inner[0].attributes
+    assert inner[0].attributes[semconv.ROLLOUT_REWARD] == 1.0

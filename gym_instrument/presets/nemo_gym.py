@@ -25,4 +25,9 @@ TARGETS: tuple[Target, ...] = (
     ),
     # Newer releases only; imported lazily by the collector, so the module attribute is patched.
     Target("nemo_gym.rollout_health:run_health_checks", "health", optional=True),
+    # NeMo Gym's servers run on uvicorn, which can start a keep-alive connection's next request
+    # inside the previous request's context: each request cycle starts from an empty context, so
+    # it is traced from its own traceparent and baggage, never as part of another rollout.
+    Target("uvicorn.protocols.http.h11_impl:RequestResponseCycle.run_asgi", "isolate", optional=True),
+    Target("uvicorn.protocols.http.httptools_impl:RequestResponseCycle.run_asgi", "isolate", optional=True),
 )
