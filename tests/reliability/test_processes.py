@@ -88,9 +88,9 @@ class ForkSink:
         return [span for span in list(self.exporter.finished) if name is None or span.name == name]
 
 
-def test_forked_children_while_other_threads_trace() -> None:
-    """Fork again and again while threads dispatch and run health passes (the package's locks are
-    taken and released all the time). Every child must finish, tracing only its own calls; a
+def test_forked_children_while_another_thread_traces() -> None:
+    """Fork again and again while another thread dispatches and runs health passes (the package's
+    locks are taken and released all the time). Every child must finish, tracing only its own calls; a
     health pass in a child never takes a dispatch that belongs to the parent.
 
     The SDK's own locks (its in-memory exporter, its metric aggregations) are not the package's
@@ -112,7 +112,7 @@ def test_forked_children_while_other_threads_trace() -> None:
     with instrumented(None, pipeline.targets(), tracer_provider=sink.tracer_provider, meter_provider=NoOpMeterProvider()):
         for row in parent_rows:
             pipeline.dispatch(row, ("return", row))  # remembered in the parent, awaiting its verdicts
-        threads = [threading.Thread(target=keep_tracing, args=(offset,)) for offset in (10_000_000, 20_000_000)]
+        threads = [threading.Thread(target=keep_tracing, args=(offset,)) for offset in (10_000_000,)]
         for thread in threads:
             thread.start()
         try:
@@ -128,7 +128,7 @@ def test_forked_children_while_other_threads_trace() -> None:
                 if child.is_alive():
                     child.kill()
                     child.join()
-                    pytest.fail(f"forked child {fork} hung (deadlocked) while other threads were tracing")
+                    pytest.fail(f"forked child {fork} hung (deadlocked) while another thread was tracing")
                 assert child.exitcode == 0, f"forked child {fork} exited with {child.exitcode}"
                 outcomes.append(receiver.recv())
         finally:
