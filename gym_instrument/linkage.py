@@ -133,7 +133,9 @@ class DispatchLinks:
         """Find and forget the dispatch a verdict names (each dispatch is found at most once)."""
         attempt_wanted: int | None = None
         explicit = False
-        if rollout_id is not None:
+        if rollout_id is not None and (
+            task_index is None or rollout_index is None or rollout_id != f"{task_index}-{rollout_index}"
+        ):  # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
             parsed = parse_index_form(rollout_id)
             if parsed is None:
                 explicit = True
