@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import workload
+import wrapt
 from opentelemetry import baggage, trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from gym_instrument import GymInstrumentor, Target, semconv
-from gym_instrument.extract import ArgLocator
+from gym_instrument.extract import ArgLocator, request_rollout_id, rollout_identity
+from gym_instrument.linkage import DispatchLinks
 
 HERE = Path(__file__).resolve().parent
 
@@ -760,6 +762,101 @@ def case_bind(sizes: Sizes) -> list[Row]:
     return result
 
 
+# ---------------------------------------------------------------------------------------------
+# Parts: what the instrumented dispatch and verify do beyond an inline span, one piece at a time
+
+
+def case_parts(sizes: Sizes) -> list[Row]:
+    """Per-call costs of the pieces, to set beside the 5% (0.05 x an inline span) that goal A allows."""
+    provider, _ = sdk()
+    tracer = workload.Hand.tracer
+    rows = workload.make_rows(sizes.calls)
+    span_context = tracer.start_span("sample").get_span_context()
+    request = workload.VerifyRequest(expected_answer="B", response_text="\\boxed{B}")
+
+    def passthrough(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return wrapped(*args, **kwargs)
+
+    wrapped_send_row = wrapt.FunctionWrapper(BARE_SEND_ROW, passthrough)
+    passthrough_client = type(
+        "PassthroughClient", (), {"post": wrapt.FunctionWrapper(workload.ServerClient.__dict__["post"], passthrough)}
+    )
+    passthrough_client.__init__ = workload.ServerClient.__init__  # type: ignore[misc]
+    wrapped_client, plain_client = (
+        passthrough_client({"/run": workload.echo_run}),
+        workload.PlainServerClient({"/run": workload.echo_run}),
+    )
+
+    def fresh_links(number: int) -> tuple[DispatchLinks, int]:
+        return DispatchLinks(10 * sizes.calls), number * sizes.calls
+
+    def remember(prepared: tuple[DispatchLinks, int]) -> float:
+        links, first = prepared
+        indices = range(first, first + sizes.calls)
+        return per_call_us(lambda index: links.remember(span_context, index, 0, None, None), indices)
+
+    pieces: list[tuple[str, str, Callable[[Any], Any], Callable[[Any], Any] | None, Sequence[Any]]] = [
+        (
+            "wrapt `FunctionWrapper`, pass-through wrapper: `send_row(row)`",
+            "minus the bare call",
+            wrapped_send_row,
+            BARE_SEND_ROW,
+            rows,
+        ),
+        (
+            "wrapt `FunctionWrapper`, pass-through wrapper: async `ServerClient.post(..., json=row)`",
+            "minus the bare call",
+            lambda row: drive(wrapped_client.post("simple_agent", "/run", json=row)),
+            lambda row: drive(plain_client.post("simple_agent", "/run", json=row)),
+            rows,
+        ),
+        (
+            "a dispatch row's identity (`rollout_identity`)",
+            "minus the inline attributes (`workload.rollout_attributes`)",
+            rollout_identity,
+            workload.rollout_attributes,
+            rows,
+        ),
+        (
+            "a pydantic verify request without `_ng_*` fields: its own rollout id looked for (`request_rollout_id`)",
+            "whole",
+            request_rollout_id,
+            None,
+            [request] * sizes.calls,
+        ),
+    ]
+    result: list[Row] = []
+    span_us = [per_call_us(workload.lean_send_row, workload.make_rows(sizes.calls, first_task=10**6 + n)) for n in range(3)]
+    budget = f"(5% of the lean inline span of A: {0.05 * statistics.median(span_us):.2f} us)"
+    for measured, what, call, baseline, items in pieces:
+        if baseline is None:
+            (figures,) = side_by_side(sizes.call_rounds, lambda _, i=items: i, lambda prepared, c=call: per_call_us(c, prepared))
+        else:
+            auto, base = side_by_side(
+                sizes.call_rounds,
+                lambda _, i=items: i,
+                lambda prepared, c=call: per_call_us(c, prepared),
+                lambda prepared, b=baseline: per_call_us(b, prepared),
+            )
+            figures = [a - b for a, b in zip(auto, base, strict=True)]
+        result.append(Row("parts", measured, f"{statistics.median(figures):.2f} us", what, "us/call", figures, budget, None))
+    (figures,) = side_by_side(sizes.call_rounds, fresh_links, remember)
+    result.append(
+        Row(
+            "parts",
+            "remembering one ended dispatch for its verdict (`DispatchLinks.remember`, fresh keys)",
+            f"{statistics.median(figures):.2f} us",
+            "whole",
+            "us/call",
+            figures,
+            budget,
+            None,
+        )
+    )
+    provider.shutdown()
+    return result
+
+
 CASES: dict[str, Callable[[Sizes], list[Row]]] = {
     "A": case_a,
     "B": case_b,
@@ -768,4 +865,5 @@ CASES: dict[str, Callable[[Sizes], list[Row]]] = {
     "E": case_e,
     "F": case_f,
     "bind": case_bind,
+    "parts": case_parts,
 }

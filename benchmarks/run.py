@@ -71,6 +71,10 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   the oldest entries are evicted and the total does not grow. Under that insert-and-evict churn a
   CPython dict keeps a table of about three times its live entries, so an entry held at capacity
   costs more than one in a dict that only grew (the B per entry held is shown in the row).
+- **parts.** The pieces of an instrumented call one at a time, each beside the 5% of an inline
+  span that goal A leaves for everything the instrumentation adds: wrapt's dispatch through a
+  wrapper that only passes the call on, the row's identity against the inline attribute code,
+  the verify request searched for its own rollout id, and remembering a dispatch for its verdict.
 - **F.** A fresh interpreter per round (`benchmarks/startup_probe.py`) imports the SDK, then
   `gym_instrument`, then times `GymInstrumentor().instrument(tracer_provider=...)` with the default
   preset (nemo_gym) armed and no `OTEL_*` variables, and lists the modules it imported.
@@ -132,6 +136,8 @@ def figure(value: float, unit: str) -> str:
         return f"{value:.3f}"
     if unit in ("us/call over bare", "us/call saved"):
         return f"{value:+.3f}"
+    if unit == "us/call":
+        return f"{value:.2f}"
     if unit == "% growth":
         return f"{value:+.2f}"
     if unit == "modules":
@@ -169,6 +175,45 @@ def why_not_bind(rows: list[Row]) -> str:
     )
 
 
+def unmet(rows: list[Row]) -> str:
+    """Why A's budget cannot hold, from the parts measured in the same run (empty when A is met)."""
+    failed = [row for row in rows if row.case == "A" and row.met is False]
+    parts = {row.measured.split(":")[0].split(" (")[0]: row for row in rows if row.case == "parts"}
+    wrapt_function = next(
+        (row for row in rows if row.case == "parts" and row.measured.startswith("wrapt") and "send_row" in row.measured), None
+    )
+    remember = next((row for row in rows if row.case == "parts" and "DispatchLinks.remember" in row.measured), None)
+    if not failed or wrapt_function is None or remember is None or not parts:
+        return ""
+    budget = wrapt_function.goal.rpartition(": ")[2].rstrip(")")
+
+    def us(text: str) -> float:
+        return float(text.rpartition(": ")[2].split()[0].replace(",", ""))
+
+    send_row = [row for row in rows if row.case == "A" and "send_row" in row.measured]
+    idiomatic = ""
+    if len(send_row) == 2:
+        auto, lean, idiom = us(send_row[0].instrumented), us(send_row[0].baseline), us(send_row[1].baseline)
+        idiomatic = (
+            f"Against the idiomatic inline span ({idiom:.2f} us for `send_row`, {idiom - lean:.2f} us more than the lean "
+            f"one) the allowance is {1.05 * idiom - lean:.2f} us over the lean span; the instrumented dispatch adds "
+            f"{auto - lean:.2f} us. "
+        )
+    return (
+        "## Goals not met\n\n"
+        f"Goal A leaves 5% of an inline span, {budget} per call here, for everything the instrumentation adds. "
+        f"Two pieces the package cannot do without already take {wrapt_function.median + remember.median:.2f} us: "
+        f"wrapt's dispatch through a wrapper that does nothing ({wrapt_function.median:.2f} us, `parts`) and remembering "
+        f"the ended dispatch so that its health verdict can find it ({remember.median:.2f} us; the lean baseline keeps "
+        "nothing). The rest of the difference is the package's own work per call: finding the row, the guard against "
+        "nested same-role calls, the suppression check, the row's identity, checking attribute values against what OTLP "
+        "can encode, ending the span in one place for every exit path, and the dispatch counter. "
+        f"{idiomatic}"
+        "C adds the verify span (its request is searched for its own rollout id before the baggage, see `parts`) "
+        "and D the per-verdict match and the values read from pydantic digests.\n"
+    )
+
+
 def report(rows: list[Row], quick: bool, elapsed: float, header: list[str]) -> str:
     judged = [row for row in rows if row.met is not None]
     failed = [row for row in judged if not row.met]
@@ -196,6 +241,7 @@ def report(rows: list[Row], quick: bool, elapsed: float, header: list[str]) -> s
         *table(rows),
         "",
         *(["Notes:", "", *notes, ""] if notes else []),
+        unmet(rows),
         HOW,
         why_not_bind(rows),
     ]

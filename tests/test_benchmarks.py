@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-CASES = ("A", "B", "C", "D", "E", "F", "bind")
+CASES = ("A", "B", "C", "D", "E", "F", "bind", "parts")
 
 
 def test_benchmarks_run_and_write_a_table_with_every_case(tmp_path: Path) -> None:
