@@ -1,9 +1,10 @@
-"""The benchmark cases of issue 4 (A-F) and the ``inspect.signature().bind()`` comparison.
+"""The benchmark cases of issue 4 (A-F), the ``inspect.signature().bind()`` comparison, and the
+parts of an instrumented call one at a time.
 
-Every case measures the instrumented code and its baseline side by side in the same round,
-alternating which goes first, and reports min / median / max over rounds of the per-round
-ratio (or difference). Before timing, each case checks that both sides emit the same spans with
-the same attributes, so a baseline cannot drift into doing less work.
+Every case measures the instrumented code and its baselines side by side in the same round,
+rotating which goes first, and reports min / median / max over rounds of the per-round ratio
+(or difference). Before timing, each case checks that every side emits the same spans with the
+same attributes (and parents), so a baseline cannot drift into doing less work.
 """
 
 from __future__ import annotations
@@ -490,8 +491,9 @@ def case_d(sizes: Sizes) -> list[Row]:
             workload.HEALTH_RESULTS[path] = workload.make_health_result(rows)
             return path, parents
 
-        # Same spans: attributes, and a parent that is the dispatch span.
-        path, parents = prepare(10**6)
+        # Same spans: attributes, and each one's parent the span of the dispatch it names.
+        with exporter.keeping() as dispatches:
+            path, parents = prepare(10**6)
         with exporter.keeping() as auto:
             run_health_checks(path)
         with exporter.keeping() as hand:
@@ -499,6 +501,12 @@ def case_d(sizes: Sizes) -> list[Row]:
         check_same(auto, hand, "D")
         if len(auto) != sizes.verdicts:
             raise AssertionError(f"D: {len(auto)} health spans for {sizes.verdicts} verdicts")
+        dispatch_ids: dict[Any, set[int]] = {}
+        for span in dispatches:
+            dispatch_ids.setdefault((span.attributes or {}).get(semconv.ROLLOUT_ID), set()).add(span.context.span_id)
+        for span in (*auto, *hand):  # one instrumented and one hand-made dispatch per rollout id
+            if span.parent is None or span.parent.span_id not in dispatch_ids[(span.attributes or {})[semconv.ROLLOUT_ID]]:
+                raise AssertionError("D: a health span is not the child of its rollout's dispatch span")
         workload.HEALTH_RESULTS.clear()
 
         def auto_side(prepared: tuple[str, dict[str, Any]]) -> float:
