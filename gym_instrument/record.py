@@ -7,6 +7,7 @@ exporter accept, ending spans with the error rules, and the bounded metric instr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -136,7 +137,9 @@ def run_extractors(extractors: Iterable[Callable[[Any], Any]], call: Any, into: 
             attributes = extractor(call)
             if attributes:
                 clean_attributes(attributes, into)
-        except Exception:
+        except (Exception, asyncio.CancelledError, GeneratorExit):
+            # A sync extractor is never cancelled from outside: these came from its own code.
+            # KeyboardInterrupt and SystemExit are the process's, and go on.
             FAILURES.failed("extractor", extractor)
 
 
