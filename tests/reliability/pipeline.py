@@ -66,6 +66,11 @@ class Runner:
         yield "step"
         return settle(outcome)
 
+    async def dispatch_async_generator(self, row: Any, outcome: tuple[str, Any]) -> Any:
+        yield "step"
+        await asyncio.sleep(0)
+        yield settle(outcome)
+
 
 # -- NeMo Gym's shape: ServerClient.post carries /run and /verify; verify lives in subclasses ----
 
@@ -236,6 +241,7 @@ def targets(module_name: str = __name__) -> list[Any]:
         f"{module_name}:Runner.dispatch_classmethod=dispatch",
         f"{module_name}:Runner.dispatch_staticmethod=dispatch",
         f"{module_name}:Runner.dispatch_generator=dispatch",
+        f"{module_name}:Runner.dispatch_async_generator=dispatch",
         Target(f"{module_name}:Client.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
         f"{module_name}:dispatch_calling=dispatch",
         f"{module_name}:verify=verify",

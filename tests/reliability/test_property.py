@@ -128,6 +128,12 @@ def _drive_generator(row: Any, outcome: tuple[str, Any]) -> Any:
     raise AssertionError("the generator yielded twice")
 
 
+async def _drive_async_generator(row: Any, outcome: tuple[str, Any]) -> Any:
+    items = [item async for item in pipeline.Runner().dispatch_async_generator(row, outcome)]
+    assert items[0] == "step" and len(items) == 2
+    return items[1]
+
+
 DISPATCH_PATHS: dict[str, Callable[[Any, tuple[str, Any]], tuple[str, Any]]] = {
     "function": lambda row, outcome: _call(lambda: pipeline.dispatch(row, outcome)),
     "keyword": lambda row, outcome: _call(lambda: pipeline.dispatch(row=row, outcome=outcome)),
@@ -136,6 +142,7 @@ DISPATCH_PATHS: dict[str, Callable[[Any, tuple[str, Any]], tuple[str, Any]]] = {
     "classmethod": lambda row, outcome: _call(lambda: pipeline.Runner.dispatch_classmethod(row, outcome)),
     "staticmethod": lambda row, outcome: _call(lambda: pipeline.Runner().dispatch_staticmethod(row, outcome)),
     "generator": lambda row, outcome: _call(lambda: _drive_generator(row, outcome)),
+    "async_generator": lambda row, outcome: _run(_drive_async_generator(row, outcome)),
 }
 
 
@@ -521,6 +528,70 @@ def test_property_health_verdicts() -> None:
                 assert span.attributes[semconv.HEALTH_CHECKS] == want[semconv.HEALTH_CHECKS]
                 if verdict_name is not None:
                     assert_text(span.attributes[semconv.HEALTH_VERDICT], verdict_name)
+            assert_nothing_leaked(sink, sink.spans())
+
+        check()
+        assert_no_secret_logged(logs)
+
+
+# -- user extractors that return junk or raise ----------------------------------------------------
+
+JUNK: dict[str, Any] = {}
+
+
+def junk_extractor(call: Any) -> Any:
+    """A user's extractor: returns whatever the example says, or raises it."""
+    value = JUNK["value"]
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
+junk_keys = st.one_of(st.text(max_size=8), strategies.any_chars_text, st.integers(), st.none(), st.just(""))
+junk_values = st.one_of(
+    strategies.anything,
+    st.lists(st.one_of(st.integers(), st.text(max_size=4), st.booleans(), st.floats()), max_size=4),
+    st.tuples(strategies.ints, strategies.ints),
+)
+
+
+@st.composite
+def junk_returns(draw: st.DrawFn) -> strategies.Given:
+    choice = draw(st.integers(0, 5))
+    if choice == 0:
+        # KeyboardInterrupt and SystemExit are the process's own and rightly go on: not drawn here.
+        raised = st.one_of(strategies.exceptions, st.builds(RuntimeError, st.just(CANARY)), st.builds(GeneratorExit))
+        return strategies.Given(draw(raised.filter(lambda error: not isinstance(error, KeyboardInterrupt | SystemExit))))
+    if choice == 1:
+        return strategies.Given(strategies.materialize(draw(strategies.hostiles)))
+    if choice == 2:
+        # Not the 50,000-key dict: past OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT (128) the SDK itself drops
+        # the oldest attributes, the package's own among them.
+        small = st.one_of(strategies.json_values, strategies.texts, strategies.ints, strategies.floats, strategies.models)
+        return strategies.Given(strategies.materialize(draw(small)))
+    return strategies.Given(strategies.materialize(draw(st.dictionaries(junk_keys, junk_values, max_size=6))))
+
+
+def test_property_user_extractors_returning_junk() -> None:
+    """An extractor may return anything or raise anything: the call is untouched, the default
+    attributes are still there, and whatever is exported is valid (or dropped)."""
+    extractors = {"dispatch": [junk_extractor], "verify": [junk_extractor]}
+    with traced(extractors=extractors) as sink, all_logs() as logs:
+
+        @FUZZ
+        @given(junk=junk_returns(), outcome=strategies.outcomes())
+        def check(junk: strategies.Given, outcome: tuple[str, Any]) -> None:
+            sink.clear()
+            JUNK["value"] = junk.value
+            row = {"_ng_task_index": 4, "_ng_rollout_index": 2, "prompt": CANARY}
+            assert_same_outcome(_call(lambda: pipeline.dispatch(row, outcome)), outcome)
+            result = {"reward": 0.5}
+            verified = _call(lambda: pipeline.dispatch_calling(row, lambda: pipeline.verify({}, ("return", result))))
+            assert verified == ("return", result) or verified[1] is result
+            dispatch_span, verify_span, _outer = sink.spans()
+            assert dispatch_span.attributes[semconv.ROLLOUT_ID] == "4-2"
+            assert verify_span.attributes[semconv.ROLLOUT_ID] == "4-2"
+            assert verify_span.attributes[semconv.ROLLOUT_REWARD] == 0.5
             assert_nothing_leaked(sink, sink.spans())
 
         check()
