@@ -135,12 +135,15 @@ def test_canaries_never_leave_through_spans_metrics_logs_or_headers(capfd: pytes
             pipeline.verify(
                 hostile.RaisingEverything(), ("return", {"reward": 1.0, "failure_reason": CANARIES["failure_reason"]})
             )
+            request = {"_ng_rollout_id": "r-1", "responses_create_params": {"input": CANARIES["request"]}}
+            pipeline.verify(request, ("return", {"reward": 1.0, "response": {"output_text": CANARIES["response"]}}))
         data = sink.metrics_data()
 
     assert [result["reward"] for result in results] == [pipeline.expected_reward(row["_ng_task_index"], 0) for row in rows]
     spans = sink.spans()
     assert len(sink.spans(semconv.SPAN_DISPATCH)) == len(rows) + 1
     assert len(sink.spans(semconv.SPAN_HEALTH)) == len(rows)
+    assert len(sink.spans(semconv.SPAN_VERIFY)) == len(rows) + 2
     span_bytes = assert_exportable(spans)
     metric_bytes = metrics_payload(data)
     assert metric_bytes
