@@ -681,7 +681,8 @@ def case_f(sizes: Sizes) -> list[Row]:
         ),
         Row(
             "F",
-            "start-up: target modules imported by `instrument()` (and by `import gym_instrument`)",
+            f"start-up: modules of the preset's target packages ({', '.join(first['target_packages'])}) imported by "
+            "`instrument()` (and by `import gym_instrument`)",
             f"{len(target_modules)}: {', '.join(target_modules) or 'none'}",
             f"armed: {', '.join(hooks)}",
             "modules",

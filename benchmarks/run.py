@@ -5,7 +5,7 @@
     python benchmarks/run.py --quick --output /tmp/results.md   # tiny sizes: proves it still runs
 
 Figures are ratios or differences measured side by side in one run: per round, the instrumented
-code and its baseline run on the same input, alternating which goes first; the table gives the
+code and its baselines run on the same input, rotating which goes first; the table gives the
 min / median / max over rounds, and a goal is judged on the median.
 """
 
@@ -230,7 +230,7 @@ def report(rows: list[Row], quick: bool, elapsed: float, header: list[str]) -> s
         "# Benchmarks",
         "",
         "Written by `make bench` (`benchmarks/run.py`); issue 4 sets the goals. Each figure is measured side by side "
-        "in one run: per round the instrumented code and its baseline run on the same input, alternating which goes "
+        "in one run: per round the instrumented code and its baselines run on the same input, rotating which goes "
         "first; min / median / max are over rounds, and a goal is judged on the median.",
         "",
         verdict,

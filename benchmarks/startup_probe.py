@@ -46,6 +46,7 @@ def main() -> None:
                 "instrument_ms": instrument_ms,
                 "imported_by_import": len(imported_by_import),
                 "imported_by_instrument": imported_by_instrument,
+                "target_packages": sorted(target_packages),
                 "target_modules_imported": target_modules,
                 "pending_hooks": pending,
             }
