@@ -190,6 +190,8 @@ def unmet(rows: list[Row]) -> str:
     def us(text: str) -> float:
         return float(text.rpartition(": ")[2].split()[0].replace(",", ""))
 
+    own_id = next((row for row in rows if row.case == "parts" and "request_rollout_id" in row.measured), None)
+    lookup = f"{own_id.median:.2f} us per verify here on a pydantic request, `parts`" if own_id else "see `parts`"
     send_row = [row for row in rows if row.case == "A" and "send_row" in row.measured]
     idiomatic = ""
     if len(send_row) == 2:
@@ -209,8 +211,8 @@ def unmet(rows: list[Row]) -> str:
         "nested same-role calls, the suppression check, the row's identity, checking attribute values against what OTLP "
         "can encode, ending the span in one place for every exit path, and the dispatch counter. "
         f"{idiomatic}"
-        "C adds the verify span (its request is searched for its own rollout id before the baggage, see `parts`) "
-        "and D the per-verdict match and the values read from pydantic digests.\n"
+        f"C adds the verify span, whose request is searched for its own rollout id before the baggage is read "
+        f"({lookup}), and D the per-verdict match and the values read from pydantic digests.\n"
     )
 
 
@@ -220,8 +222,18 @@ def report(rows: list[Row], quick: bool, elapsed: float, header: list[str]) -> s
     if quick:
         verdict = "**Quick run (tiny sizes): these figures prove the benchmarks run; they do not judge the goals.**"
     elif failed:
-        verdict = f"**{len(failed)} of {len(judged)} goals not met:** " + "; ".join(
-            f"{row.case} ({row.measured})" for row in failed
+        by_case: dict[str, list[Row]] = {}
+        for row in judged:
+            by_case.setdefault(row.case, []).append(row)
+        unmet_cases = [
+            f"{case} ({sum(not row.met for row in case_rows)} of {len(case_rows)})"
+            for case, case_rows in by_case.items()
+            if any(not row.met for row in case_rows)
+        ]
+        met_cases = [case for case, case_rows in by_case.items() if all(row.met for row in case_rows)]
+        verdict = (
+            f"**{len(failed)} of {len(judged)} goals not met:** {', '.join(unmet_cases)}. "
+            f"Met: {', '.join(met_cases) or 'none'}. See *Goals not met* below the table."
         )
     else:
         verdict = f"**All {len(judged)} goals met.**"
