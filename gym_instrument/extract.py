@@ -178,6 +178,13 @@ def field(obj: Any, name: str) -> Any:
             return MISSING
         if isinstance(obj, Mapping):
             return obj.get(name, MISSING)
+        model = type(obj)
+        fields = getattr(model, "__pydantic_fields__", None)
+        if type(fields) is dict and name not in fields and name not in getattr(model, "__pydantic_computed_fields__", ()):
+            # A pydantic model without that field: its extras, if any. getattr() would take
+            # pydantic's slow path for a missing name (several microseconds per lookup).
+            extra = obj.__pydantic_extra__
+            return extra.get(name, MISSING) if type(extra) is dict else MISSING
         value = getattr(obj, name, MISSING)
         if value is MISSING:
             extra = getattr(obj, "__pydantic_extra__", None)
