@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -27,9 +27,9 @@ def load_jsonl(name: str) -> list[dict[str, Any]]:
 class Telemetry:
     """What a user's exporters and readers would receive."""
 
-    def __init__(self) -> None:
+    def __init__(self, span_limits: SpanLimits | None = None) -> None:
         self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
+        self.tracer_provider = TracerProvider(span_limits=span_limits)
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.reader])
@@ -37,8 +37,14 @@ class Telemetry:
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
         return [span for span in self.exporter.get_finished_spans() if name is None or span.name == name]
 
-    def metric_points(self, metric_name: str) -> list[Any]:
-        data = self.reader.get_metrics_data()
+    def clear(self) -> None:
+        self.exporter.clear()
+
+    def metrics_data(self) -> Any:
+        return self.reader.get_metrics_data()
+
+    def metric_points(self, metric_name: str, data: Any = None) -> list[Any]:
+        data = self.metrics_data() if data is None else data
         points: list[Any] = []
         for resource_metrics in data.resource_metrics if data else ():
             for scope_metrics in resource_metrics.scope_metrics:
@@ -50,13 +56,16 @@ class Telemetry:
     def metric_total(self, metric_name: str) -> int:
         return sum(point.value for point in self.metric_points(metric_name))
 
+    def shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
 
 @pytest.fixture
 def telemetry() -> Iterator[Telemetry]:
     collected = Telemetry()
     yield collected
-    collected.tracer_provider.shutdown()
-    collected.meter_provider.shutdown()
+    collected.shutdown()
 
 
 @pytest.fixture

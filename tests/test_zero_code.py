@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -10,6 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from gym_instrument import semconv
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "demo"))
+
+import run_demo
 
 LOOP = '''
 """A rollout loop with no telemetry code at all."""
@@ -70,20 +73,7 @@ def run_instrumented(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedPr
 
 
 def console_spans(stdout: str) -> list[dict[str, Any]]:
-    decoder = json.JSONDecoder()
-    spans: list[dict[str, Any]] = []
-    text = stdout
-    index = text.find("{")
-    while index != -1:
-        try:
-            value, end = decoder.raw_decode(text, index)
-        except json.JSONDecodeError:
-            index = text.find("{", index + 1)
-            continue
-        if isinstance(value, dict) and "context" in value:
-            spans.append(value)
-        index = text.find("{", end)
-    return spans
+    return [value for value in run_demo.json_objects(stdout) if "context" in value]
 
 
 def test_three_span_kinds_with_no_code(tmp_path: Path) -> None:

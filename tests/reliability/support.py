@@ -12,13 +12,10 @@ from typing import Any
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 
 from gym_instrument import GymInstrumentor
+from tests.conftest import Telemetry
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -28,41 +25,8 @@ def fuzz_examples(default: int = 500) -> int:
     return int(os.environ.get("GYM_FUZZ_EXAMPLES", "") or default)
 
 
-class Sink:
-    """A user's SDK setup: tracer provider with an in-memory exporter, meter provider with a reader."""
-
-    def __init__(self, span_limits: SpanLimits | None = None) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider(span_limits=span_limits)
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-
-    def spans(self, name: str | None = None) -> list[ReadableSpan]:
-        return [span for span in self.exporter.get_finished_spans() if name is None or span.name == name]
-
-    def clear(self) -> None:
-        self.exporter.clear()
-
-    def metrics_data(self) -> Any:
-        return self.reader.get_metrics_data()
-
-    def metric_points(self, metric_name: str, data: Any = None) -> list[Any]:
-        data = self.metrics_data() if data is None else data
-        points: list[Any] = []
-        for resource_metrics in data.resource_metrics if data else ():
-            for scope_metrics in resource_metrics.scope_metrics:
-                for metric in scope_metrics.metrics:
-                    if metric.name == metric_name:
-                        points.extend(metric.data.data_points)
-        return points
-
-    def metric_total(self, metric_name: str) -> int:
-        return sum(point.value for point in self.metric_points(metric_name))
-
-    def shutdown(self) -> None:
-        self.tracer_provider.shutdown()
-        self.meter_provider.shutdown()
+# The same collected telemetry as the shared fixtures, usable outside a fixture.
+Sink = Telemetry
 
 
 @contextlib.contextmanager
