@@ -62,6 +62,16 @@ def runs_at_start(extractor: Callable[..., Any]) -> bool:
     return getattr(extractor, "__gym_at_start__", False) is True
 
 
+def _trusted(extractor: F) -> F:
+    """Mark a default extractor whose attributes are valid OTLP values by construction (not re-checked per call)."""
+    extractor.__gym_trusted__ = True  # type: ignore[attr-defined]
+    return extractor
+
+
+def is_trusted(extractor: Callable[..., Any]) -> bool:
+    return getattr(extractor, "__gym_trusted__", False) is True
+
+
 class ArgLocator:
     """Where a call's row (or request) sits, found once from the signature when wrapping.
 
@@ -102,51 +112,43 @@ class ArgLocator:
 class Call:
     """One call of a wrapped function, as extractors see it."""
 
-    __slots__ = (
-        "_identity",
-        "_locator",
-        "_row",
-        "args",
-        "exception",
-        "function",
-        "instance",
-        "kwargs",
-        "result",
-        "role",
-        "target",
-        "verdict",
-    )
+    __slots__ = ("_binding", "_identity", "_row", "args", "exception", "instance", "kwargs", "result", "verdict")
 
-    def __init__(
-        self,
-        role: str,
-        target: Any,
-        function: Callable[..., Any],
-        instance: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        locator: ArgLocator | None,
-    ) -> None:
-        self.role = role
-        self.target = target
-        self.function = function
+    def __init__(self, binding: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        # binding: what the call was wrapped for (its role name, target, function and ArgLocator).
+        self._binding = binding
         self.instance = instance
         self.args = args
         self.kwargs = kwargs
         self.result: Any = MISSING
         self.exception: BaseException | None = None
         self.verdict: Any = MISSING
-        self._locator = locator
-        self._row: Any = MISSING if locator is not None else None
+        self._row: Any = MISSING
         self._identity: RolloutIdentity | None = None
+
+    @property
+    def role(self) -> str:
+        """``dispatch``, ``verify`` or ``health``."""
+        return self._binding.role_name  # type: ignore[no-any-return]
+
+    @property
+    def target(self) -> Any:
+        """The :class:`~gym_instrument.Target` the wrapped function was instrumented for."""
+        return self._binding.target
+
+    @property
+    def function(self) -> Callable[..., Any]:
+        """The original (unwrapped) function."""
+        return self._binding.function  # type: ignore[no-any-return]
 
     @property
     def row(self) -> Any:
         """The dispatch row, or the verify/health request: the argument the target points at."""
-        if self._row is MISSING:
-            found = self._locator.find(self.instance, self.args, self.kwargs)  # type: ignore[union-attr]
-            self._row = None if found is MISSING else found
-        return self._row
+        row = self._row
+        if row is MISSING:
+            found = self._binding.locator.find(self.instance, self.args, self.kwargs)
+            row = self._row = None if found is MISSING else found
+        return row
 
     @property
     def identity(self) -> RolloutIdentity:
@@ -158,7 +160,7 @@ class Call:
     def arguments(self) -> dict[str, Any]:
         """All arguments by parameter name (bound lazily: only extractors that ask pay for it)."""
         try:
-            signature = inspect.signature(self.function)
+            signature = inspect.signature(self._binding.function)
             bound = signature.bind_partial(*self.args, **self.kwargs)
         except (TypeError, ValueError):
             return dict(self.kwargs)
@@ -334,10 +336,59 @@ class RolloutIdentity:
         self.agent_name: str | None = None
 
 
+def _flat_dict_identity(row: dict[str, Any], identity: RolloutIdentity) -> RolloutIdentity:
+    """:func:`rollout_identity` of a flat row parsed from JSON (a plain dict): the usual dispatch, read directly."""
+    get = row.get
+    for name in _TASK_ID_FIELDS:
+        value = get(name)
+        if value is None or value is True or value is False:
+            continue
+        if type(value) is str:
+            if value:
+                identity.task_id = value if value.isascii() else utf8_safe(value)
+                break
+            continue
+        try:
+            rendered = render_task_id(value)
+        except Exception:  # a value that cannot be read is no id: the next field is tried
+            continue
+        if rendered is not None:
+            identity.task_id = rendered
+            break
+    task_index, rollout_index, attempt = get("_ng_task_index"), get("_ng_rollout_index"), get("_ng_attempt_index")
+    if not (type(task_index) is int and 0 <= task_index <= _INT64_MAX):
+        task_index = None
+    if not (type(rollout_index) is int and 0 <= rollout_index <= _INT64_MAX):
+        rollout_index = None
+    if attempt is not None and not (type(attempt) is int and 0 <= attempt <= _INT64_MAX):
+        attempt = None
+    identity.task_index, identity.rollout_index, identity.attempt = task_index, rollout_index, attempt
+    explicit = get("_ng_rollout_id")
+    if explicit is not None:
+        explicit = rollout_id_string(explicit)
+    if explicit is not None:
+        identity.rollout_id = explicit
+        identity.custom_id = parse_index_form(explicit) is None
+    elif task_index is not None and rollout_index is not None:
+        identity.rollout_id = f"{task_index}-{rollout_index}-a{attempt}" if attempt else f"{task_index}-{rollout_index}"
+    agent = get("agent_ref")
+    if agent is not None:
+        name = agent.get("name") if type(agent) is dict else field(agent, "name")
+        if type(name) is str and name.isascii():
+            identity.agent_name = name or None
+        else:
+            identity.agent_name = rollout_id_string(name)
+    return identity
+
+
 def rollout_identity(row: Any) -> RolloutIdentity:
     identity = RolloutIdentity()
     if row is None:
         return identity
+    if type(row) is dict:
+        episode = row.get("episode_id")
+        if episode is None or type(episode) is str or type(episode) is int:
+            return _flat_dict_identity(row, identity)
     episode = field(row, "episode_id")
     if episode is not MISSING and episode is not None and not is_a(episode, (str, int)):
         # NeMo Gym's native episode body: {"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", ...}}
@@ -377,10 +428,15 @@ def rollout_identity(row: Any) -> RolloutIdentity:
 # Default extractors, one family per role.
 
 
+@_trusted
 @at_start
 def dispatch_attributes(call: Call) -> dict[str, Any]:
     """SPEC section 2: task id, indices, rollout id and agent name from the dispatched row."""
-    identity = call.identity
+    return identity_attributes(call.identity)
+
+
+def identity_attributes(identity: RolloutIdentity) -> dict[str, Any]:
+    """:func:`dispatch_attributes` of a row's identity."""
     attributes: dict[str, Any] = {}
     if identity.task_id is not None:
         attributes[semconv.TASK_ID] = identity.task_id
@@ -397,10 +453,39 @@ def dispatch_attributes(call: Call) -> dict[str, Any]:
     return attributes
 
 
+_REQUEST_ID_FIELDS = ("_ng_rollout_id", "capture_rollout_id", "_ng_task_index", "_ng_rollout_index")
+
+
+def _model_lacks(request: Any, names: tuple[str, ...]) -> bool:
+    """True when ``request`` is a pydantic model with none of ``names``: no field, computed field or extra."""
+    try:
+        model = type(request)
+        fields = getattr(model, "__pydantic_fields__", None)
+        if type(fields) is not dict:
+            return False
+        computed = getattr(model, "__pydantic_computed_fields__", None) or ()
+        for name in names:
+            if name in fields or name in computed:
+                return False
+        extra = request.__pydantic_extra__
+        if extra is None:
+            return True
+        if type(extra) is not dict:
+            return False
+        for name in names:
+            if name in extra:
+                return False
+        return True
+    except Exception:
+        return False
+
+
 def request_rollout_id(request: Any) -> str | None:
     """The rollout id a verify request carries itself, when it does."""
     if request is None:
         return None
+    if type(request) is not dict and _model_lacks(request, _REQUEST_ID_FIELDS):
+        return None  # the flat-row path's request: looked up name by name it costs microseconds
     for name in ("_ng_rollout_id", "capture_rollout_id"):
         explicit = rollout_id_string(field(request, name))
         if explicit is not None:
@@ -412,14 +497,20 @@ def request_rollout_id(request: Any) -> str | None:
     return index_form(task_index, rollout_index, index_value(field(request, "_ng_attempt_index")))
 
 
+@_trusted
 @at_start
 def verify_request_attributes(call: Call) -> dict[str, Any]:
     """SPEC section 3: the rollout id from the request, else from the propagated baggage."""
-    rollout_id = request_rollout_id(call.row)
+    return request_attributes(call.row, context.get_current())
+
+
+def request_attributes(request: Any, current: context.Context) -> dict[str, Any]:
+    """:func:`verify_request_attributes` of a request, in the context ``current``."""
+    rollout_id = request_rollout_id(request)
     if rollout_id is None:
-        rollout_id = rollout_id_string(baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID))
+        rollout_id = rollout_id_string(baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID, current))
     if rollout_id is None:
-        rollout_id = rollout_id_string(context.get_value(ROLLOUT_ID_CONTEXT_KEY))
+        rollout_id = rollout_id_string(context.get_value(ROLLOUT_ID_CONTEXT_KEY, current))
     return {semconv.ROLLOUT_ID: rollout_id} if rollout_id is not None else {}
 
 
@@ -446,9 +537,14 @@ def _is_number(value: Any) -> bool:
     return kind is not bool and issubclass(kind, (int, float))
 
 
+@_trusted
 def verify_result_attributes(call: Call) -> dict[str, Any]:
     """SPEC section 3: reward (numeric, unmasked only), masked flag and failure kind."""
-    result = call.result
+    return result_attributes(call.result)
+
+
+def result_attributes(result: Any) -> dict[str, Any]:
+    """:func:`verify_result_attributes` of a result (MISSING: the call raised)."""
     if result is MISSING:
         return {}
     attributes: dict[str, Any] = {}
@@ -500,9 +596,14 @@ def verdict_checks(verdict: Any) -> list[str]:
     return sorted(checks)
 
 
+@_trusted
 def verdict_attributes(call: Call) -> dict[str, Any]:
     """SPEC section 4: the verdict name and the sorted distinct failed checks."""
-    verdict = call.verdict
+    return verdict_attributes_of(call.verdict)
+
+
+def verdict_attributes_of(verdict: Any) -> dict[str, Any]:
+    """:func:`verdict_attributes` of one verdict."""
     attributes: dict[str, Any] = {semconv.HEALTH_CHECKS: verdict_checks(verdict)}
     name = plain_str(field(verdict, "verdict"))
     if name is not None:

@@ -6,6 +6,10 @@ trace id, span id, sampled flag and attempt. Order for oldest-first eviction is 
 keys; positions made stale by a retry or a consumed entry are skipped when they reach the
 front (a per-key count says how many), and the deque is compacted when stale positions pile
 up. ``dict`` order alone would not do: popping its first key scans past every deleted slot.
+
+A dispatch that ends is only queued (one append, no lock); the queue is folded into the
+memory in batches, and before anything reads it (a verdict's lookup, its size), in the order
+the dispatches ended. Per dispatch that is about half the work of doing it one by one.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import NamedTuple
 
 from opentelemetry.trace import SpanContext, TraceFlags
@@ -30,10 +35,30 @@ _TRACE_SHIFT = _SPAN_SHIFT + 64
 _SPAN_MASK = (1 << 64) - 1
 
 
+def _span_context_is_tuple() -> bool:
+    """Whether a SpanContext is the tuple (trace_id, span_id, is_remote, trace_flags, ...), as the API builds it."""
+    try:
+        probe = SpanContext(trace_id=5, span_id=7, is_remote=False, trace_flags=TraceFlags(1))
+        return isinstance(probe, tuple) and (probe[0], probe[1], probe[3]) == (5, 7, 1) == (
+            probe.trace_id,
+            probe.span_id,
+            probe.trace_flags,
+        )
+    except Exception:
+        return False
+
+
+_SPAN_CONTEXT_IS_TUPLE = _span_context_is_tuple()
+
+
 def _index_key(task_index: int, rollout_index: int) -> int:
     # Small ints for the usual sizes (cheaper objects); a second, negative range keeps it injective.
+    # A dict finds an int key's slot from its low bits: both indices reach them (task ^ rollout),
+    # so consecutive tasks and the repeats of one task land in different slots. With the rollout
+    # index only in the low bits (task << 16 | rollout), a run's keys shared a handful of slots
+    # and every insert walked a long probe chain (remembering a dispatch cost 2-3x more).
     if rollout_index < (1 << 16) and task_index < (1 << 40):
-        return (task_index << 16) | rollout_index
+        return (rollout_index << 40) | (task_index ^ rollout_index)
     return -(((task_index << 64) | rollout_index) + 1)
 
 
@@ -48,19 +73,22 @@ class DispatchLinks:
     """Dispatch span contexts by rollout identity, bounded by ``capacity``, oldest evicted first.
 
     Thread-safe (one lock; no awaits inside), so asyncio tasks, threads and the worker thread
-    a health pass runs in can share it.
+    a health pass runs in can share it. ``on_evicted(count)`` is told of evictions.
     """
 
-    def __init__(self, capacity: int) -> None:
+    FOLD_AT = 512  # queued dispatches folded at once
+
+    def __init__(self, capacity: int, on_evicted: Callable[[int], None] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"link capacity must be >= 1, got {capacity}")
         self.capacity = capacity
+        self.on_evicted = on_evicted
         self._empty()
         _ALL_LINKS.add(self)
 
     def _empty(self) -> None:
         """Nothing remembered, nothing evicted yet, and a lock nobody holds."""
-        self.evictions = 0
+        self._evictions = 0
         self._entries: dict[int | str, int] = {}
         # For dispatches with both indices and a custom id (the index key is then primary):
         self._custom_of_index: dict[int, str] = {}
@@ -69,10 +97,18 @@ class DispatchLinks:
         self._order: deque[int | str] = deque()
         self._stale: dict[int | str, int] = {}
         self._size = 0
+        self._queue: deque[tuple[SpanContext, int | None, int | None, int | None, str | None]] = deque()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
+        self.fold()
         return self._size
+
+    @property
+    def evictions(self) -> int:
+        """Dispatches evicted at capacity so far."""
+        self.fold()
+        return self._evictions
 
     def remember(
         self,
@@ -81,45 +117,72 @@ class DispatchLinks:
         rollout_index: int | None,
         attempt: int | None,
         custom_id: str | None,
-    ) -> int:
-        """Remember an ended dispatch; a later attempt of the same indices replaces the earlier one.
+    ) -> None:
+        """Remember an ended dispatch; a later attempt of the same indices replaces the earlier one."""
+        if custom_id is None and (task_index is None or rollout_index is None):
+            return  # nothing a verdict could name it by
+        queue = self._queue
+        queue.append((span_context, task_index, rollout_index, attempt, custom_id))  # atomic: no lock
+        if len(queue) >= self.FOLD_AT or self._size + len(queue) > self.capacity:
+            self.fold()  # in batches; at capacity at once, so that eviction (and its warning) is not late
 
-        Returns how many older entries this evicted (0 or 1), so the caller can count them.
-        """
-        has_indices = task_index is not None and rollout_index is not None
-        if not has_indices and custom_id is None:
-            return 0
-        packed = (
-            (span_context.trace_id << _TRACE_SHIFT)
-            | (span_context.span_id << _SPAN_SHIFT)
-            | (min(attempt or 0, _ATTEMPT_MAX) << 1)
-            | (span_context.trace_flags & 1)
-        )
-        evicted = 0
+    def fold(self) -> None:
+        """Move every queued dispatch into the memory, oldest first, evicting at capacity."""
+        queue = self._queue
+        if not queue:
+            return
         with self._lock:
-            if has_indices:
-                primary: int | str = _index_key(task_index, rollout_index)  # type: ignore[arg-type]
-                if primary in self._entries:
-                    self._discard_primary(primary)
-                if custom_id is not None:
-                    if custom_id in self._entries:
-                        self._discard_custom(custom_id)
-                    self._entries[custom_id] = packed
-                    self._custom_of_index[primary] = custom_id  # type: ignore[index]
-                    self._index_of_custom[custom_id] = primary  # type: ignore[assignment]
+            evicted = self._fold(queue)
+        if evicted:
+            self._report(evicted)
+
+    def _fold(self, queue: deque[tuple[SpanContext, int | None, int | None, int | None, str | None]]) -> int:
+        entries, order, capacity = self._entries, self._order, self.capacity
+        evicted = 0
+        while queue:
+            try:
+                span_context, task_index, rollout_index, attempt, custom_id = queue.popleft()
+            except IndexError:  # emptied by a fold in a forked child's reset; nothing left
+                break
+            if _SPAN_CONTEXT_IS_TUPLE:  # its fields by position: no property call each
+                trace_id, span_id, flags = span_context[0], span_context[1], span_context[3]
             else:
-                primary = custom_id  # type: ignore[assignment]
-                if primary in self._entries:
-                    self._discard_custom(primary)  # type: ignore[arg-type]
-            self._entries[primary] = packed
-            self._order.append(primary)
+                trace_id, span_id, flags = span_context.trace_id, span_context.span_id, span_context.trace_flags
+            packed = (trace_id << _TRACE_SHIFT) | (span_id << _SPAN_SHIFT) | (flags & 1)
+            if attempt:
+                packed |= (attempt if attempt < _ATTEMPT_MAX else _ATTEMPT_MAX) << 1
+            if custom_id is None:  # the usual dispatch: indices only
+                if rollout_index < (1 << 16) and task_index < (1 << 40):  # type: ignore[operator]
+                    primary: int | str = (rollout_index << 40) | (task_index ^ rollout_index)  # type: ignore[operator]
+                else:
+                    primary = _index_key(task_index, rollout_index)  # type: ignore[arg-type]
+                if primary in entries:
+                    self._discard_primary(primary)
+            elif task_index is not None and rollout_index is not None:
+                primary = _index_key(task_index, rollout_index)
+                if primary in entries:
+                    self._discard_primary(primary)
+                if custom_id in entries:
+                    self._discard_custom(custom_id)
+                entries[custom_id] = packed
+                self._custom_of_index[primary] = custom_id  # type: ignore[index]
+                self._index_of_custom[custom_id] = primary  # type: ignore[assignment]
+            else:
+                primary = custom_id
+                if primary in entries:
+                    self._discard_custom(primary)
+            entries[primary] = packed
+            order.append(primary)
             self._size += 1
-            while self._size > self.capacity:
+            while self._size > capacity:
                 self._evict_oldest()
                 evicted += 1
-            if len(self._order) > 2 * self._size + 1024:
-                self._compact()
-        if evicted and not self._warned:
+        if len(self._order) > 2 * self._size + 1024:
+            self._compact()
+        return evicted
+
+    def _report(self, evicted: int) -> None:
+        if not self._warned:
             self._warned = True
             _LOG.warning(
                 "gym_instrument: %d remembered dispatch spans reached the link capacity; the oldest are "
@@ -127,7 +190,11 @@ class DispatchLinks:
                 "OTEL_PYTHON_GYM_LINK_CAPACITY or link_capacity to keep more)",
                 self.capacity,
             )
-        return evicted
+        if self.on_evicted is not None:
+            try:
+                self.on_evicted(evicted)
+            except Exception:
+                _LOG.debug("gym_instrument: counting evictions failed", exc_info=True)
 
     def take(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
         """Find and forget the dispatch a verdict names (each dispatch is found at most once)."""
@@ -145,6 +212,7 @@ class DispatchLinks:
                     task_index, rollout_index = parsed_task, parsed_rollout
                 elif (task_index, rollout_index) != (parsed_task, parsed_rollout):
                     return None  # a verdict that contradicts itself names no dispatch
+        self.fold()
         with self._lock:
             if explicit:
                 packed = self._entries.get(rollout_id)  # type: ignore[arg-type]
@@ -199,7 +267,7 @@ class DispatchLinks:
                 self._stale[key] = stale
             else:
                 del self._stale[key]
-            self.evictions += 1
+            self._evictions += 1
             return
 
     def _compact(self) -> None:

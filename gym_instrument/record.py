@@ -15,11 +15,13 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import baggage, metrics, trace
+from opentelemetry import context as context_api
 from opentelemetry.context import Context
 from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.instrumentation import utils as _instrumentation_utils
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
 
 from gym_instrument import semconv
 from gym_instrument.version import __version__
@@ -130,17 +132,90 @@ class _Once:
 FAILURES = _Once()
 
 
-def run_extractors(extractors: Iterable[Callable[[Any], Any]], call: Any, into: dict[str, Any]) -> None:
-    """Run extractors into an attribute dict; one that raises or returns junk never reaches the host."""
-    for extractor in extractors:
+def run_extractors(plan: Iterable[tuple[Callable[[Any], Any], bool]], call: Any, into: dict[str, Any]) -> None:
+    """Run ``(extractor, trusted)`` pairs into an attribute dict; one that raises or returns junk never reaches the host.
+
+    A trusted extractor (the package's own defaults) returns valid values by construction: they are
+    copied as they are; anything else is checked value by value.
+    """
+    for extractor, trusted in plan:
         try:
             attributes = extractor(call)
             if attributes:
-                clean_attributes(attributes, into)
+                if trusted:
+                    into.update(attributes)
+                else:
+                    clean_attributes(attributes, into)
         except (Exception, asyncio.CancelledError, GeneratorExit):
             # A sync extractor is never cancelled from outside: these came from its own code.
             # KeyboardInterrupt and SystemExit are the process's, and go on.
             FAILURES.failed("extractor", extractor)
+
+
+# ---------------------------------------------------------------------------------------------
+# The current context, read once per call
+
+
+def _suppression_keys() -> tuple[str, ...] | None:
+    """The context keys ``suppress_instrumentation`` sets, checked against the API; None: ask the API per call."""
+    keys = tuple(
+        key
+        for key in (
+            getattr(_instrumentation_utils, "_SUPPRESS_INSTRUMENTATION_KEY", None),
+            getattr(_instrumentation_utils, "_SUPPRESS_INSTRUMENTATION_KEY_PLAIN", None),
+        )
+        if isinstance(key, str)
+    )
+    try:
+        with suppress_instrumentation():
+            suppressed = context_api.get_current()
+            agrees = not is_instrumentation_enabled() and any(suppressed.get(key) for key in keys)
+        return keys if agrees and is_instrumentation_enabled() else None
+    except Exception:
+        return None
+
+
+_SUPPRESSION_KEYS = _suppression_keys()
+
+
+def suppressed(current: Context) -> bool:
+    """Whether instrumentation is suppressed in ``current`` (``suppress_instrumentation``)."""
+    keys = _SUPPRESSION_KEYS
+    if keys is None:
+        return not is_instrumentation_enabled()
+    for key in keys:
+        if current.get(key):
+            return True
+    return False
+
+
+def _single_key(made: Context) -> str | None:
+    keys = list(made)
+    return keys[0] if len(keys) == 1 and isinstance(keys[0], str) else None
+
+
+def _context_keys() -> tuple[str, str] | None:
+    """The keys under which the API keeps the current span and the baggage in a context.
+
+    Found through the API itself (``set_span_in_context`` and ``set_baggage`` on an empty context)
+    and read back through it, so a call's context can be built in one step; None when the API
+    keeps them some other way, and the public functions are used instead.
+    """
+    try:
+        probe_span = NonRecordingSpan(INVALID_SPAN_CONTEXT)
+        span_key = _single_key(trace.set_span_in_context(probe_span, Context()))
+        baggage_key = _single_key(baggage.set_baggage("gym.probe", "1", Context()))
+        if span_key is None or baggage_key is None or span_key == baggage_key:
+            return None
+        built = Context({span_key: probe_span, baggage_key: {"gym.probe": "1"}})
+        if trace.get_current_span(built) is not probe_span or dict(baggage.get_all(built)) != {"gym.probe": "1"}:
+            return None
+        return span_key, baggage_key
+    except Exception:
+        return None
+
+
+CONTEXT_KEYS = _context_keys()
 
 
 class Recorder:
@@ -151,31 +226,27 @@ class Recorder:
     ) -> None:
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
-        self._tracer: trace.Tracer | None = None
+        self.cached_tracer: trace.Tracer | None = None  # once resolved
         self._instruments: dict[str, Any] | None = None
         self._provider_from_environment = OTEL_PYTHON_TRACER_PROVIDER in os.environ
 
     # -- tracing -------------------------------------------------------------------------------
 
     def tracer(self) -> trace.Tracer | None:
-        """The tracer, or None when nothing would record: no SDK, or instrumentation suppressed."""
-        tracer = self._tracer
-        if tracer is None:
-            if (
-                self._tracer_provider is None
-                and not self._provider_from_environment
-                and getattr(trace, "_TRACER_PROVIDER", self) is None
-            ):
-                # No global provider is set yet: known without get_tracer_provider(), which reads
-                # os.environ on every call until one is set (most of a call's cost with no SDK). The
-                # API keeps the provider in that module attribute; were it ever gone, _resolve_tracer decides.
-                return None
-            tracer = self._resolve_tracer()
-            if tracer is None:
-                return None
-        if not is_instrumentation_enabled():
+        """The tracer, or None when nothing would record (no SDK). Suppression is the caller's check."""
+        tracer = self.cached_tracer
+        if tracer is not None:
+            return tracer
+        if (
+            self._tracer_provider is None
+            and not self._provider_from_environment
+            and getattr(trace, "_TRACER_PROVIDER", self) is None
+        ):
+            # No global provider is set yet: known without get_tracer_provider(), which reads
+            # os.environ on every call until one is set (most of a call's cost with no SDK). The
+            # API keeps the provider in that module attribute; were it ever gone, _resolve_tracer decides.
             return None
-        return tracer
+        return self._resolve_tracer()
 
     def _resolve_tracer(self) -> trace.Tracer | None:
         provider = self._tracer_provider or trace.get_tracer_provider()
@@ -184,7 +255,7 @@ class Recorder:
         tracer = trace.get_tracer(semconv.INSTRUMENTATION_NAME, __version__, provider, schema_url=_SCHEMA_URL)
         if isinstance(tracer, trace.NoOpTracer):
             return None
-        self._tracer = tracer
+        self.cached_tracer = tracer
         return tracer
 
     @staticmethod
@@ -229,7 +300,7 @@ class Recorder:
 
     # -- metrics (bounded attributes only: never ids, rewards or free text) ----------------------
 
-    def _meter_instruments(self) -> dict[str, Any] | None:
+    def _meter_instruments(self) -> dict[str, Any]:
         instruments = self._instruments
         if instruments is not None:
             return instruments
@@ -259,8 +330,6 @@ class Recorder:
 
     def count(self, metric: str, attributes: Mapping[str, str] | None = None, amount: int = 1) -> None:
         try:
-            instruments = self._meter_instruments()
-            if instruments is not None:
-                instruments[metric].add(amount, attributes)
+            (self._instruments or self._meter_instruments())[metric].add(amount, attributes)
         except Exception:
             FAILURES.failed("metric", self.count)

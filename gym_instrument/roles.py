@@ -18,30 +18,38 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from contextvars import ContextVar, Token
+from functools import partial
 from typing import Any
 
 from opentelemetry import baggage, context, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind
 
 from gym_instrument import semconv
 from gym_instrument.extract import (
+    DEFAULT_EXTRACTORS,
     MISSING,
     ROLLOUT_ID_CONTEXT_KEY,
     ArgLocator,
     Call,
     Extractor,
+    identity_attributes,
+    is_trusted,
+    request_attributes,
+    result_attributes,
+    rollout_identity,
     runs_at_start,
+    verdict_attributes_of,
     verdict_identity,
     verdicts_of,
 )
 from gym_instrument.linkage import DispatchLinks
-from gym_instrument.record import FAILURES, Recorder, run_extractors
+from gym_instrument.record import CONTEXT_KEYS, FAILURES, Recorder, run_extractors, suppressed
 
-# (role, object) of the gym call running in this context: a nested call of the same role on
-# the same object (an override calling super(), a function reachable through two wrapped
-# names) passes through, so one call makes one span.
-_ACTIVE: ContextVar[tuple[str, int] | None] = ContextVar("gym_instrument_active", default=None)
+# (role, object) of the gym call running in a context, kept in the context the call attaches: a
+# nested call of the same role on the same object (an override calling super(), a function
+# reachable through two wrapped names) passes through, so one call makes one span.
+_GUARD_KEY = context.create_key("gym_instrument.active")
 
 _CANCELLATION = (asyncio.CancelledError, GeneratorExit)
 
@@ -51,32 +59,77 @@ _OUTCOME_ATTRIBUTES = {
 }
 
 
+class Setup:
+    """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting."""
+
+    __slots__ = ("links", "propagate_baggage", "recorder")
+
+    def __init__(self, recorder: Recorder, links: DispatchLinks, propagate_baggage: bool) -> None:
+        self.recorder = recorder
+        self.links = links
+        self.propagate_baggage = propagate_baggage
+        links.on_evicted = partial(recorder.count, semconv.METRIC_LINK_EVICTIONS, None)
+
+
 class Engine:
-    """What every binding records with; ``instrument()`` swaps it, ``uninstrument()`` resets it."""
+    """The current :class:`Setup`; ``instrument()`` swaps it, ``uninstrument()`` resets it."""
 
     def __init__(self) -> None:
-        self.recorder = Recorder()
-        self.links = DispatchLinks(1_000_000)
-        self.propagate_baggage = True
+        self.setup = Setup(Recorder(), DispatchLinks(1_000_000), True)
 
     def configure(self, recorder: Recorder, links: DispatchLinks, propagate_baggage: bool) -> None:
-        self.recorder, self.links, self.propagate_baggage = recorder, links, propagate_baggage
+        self.setup = Setup(recorder, links, propagate_baggage)
+
+    @property
+    def recorder(self) -> Recorder:
+        return self.setup.recorder
+
+    @property
+    def links(self) -> DispatchLinks:
+        return self.setup.links
+
+    @property
+    def propagate_baggage(self) -> bool:
+        return self.setup.propagate_baggage
 
 
 ENGINE = Engine()
+
+
+def _call_context(
+    current: Context, span: Span | None, guard: tuple[str, int], rollout_id: str | None, propagate: bool
+) -> Context:
+    """``current`` with the call's span, its rollout id (W3C baggage, or in-process only) and its guard."""
+    keys = CONTEXT_KEYS
+    if keys is None:  # the API keeps span and baggage some other way: its public functions, one by one
+        ctx = current if span is None else trace.set_span_in_context(span, current)
+        if rollout_id is not None:
+            if propagate:
+                ctx = baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id, ctx)
+            else:
+                ctx = context.set_value(ROLLOUT_ID_CONTEXT_KEY, rollout_id, ctx)
+        return context.set_value(_GUARD_KEY, guard, ctx)
+    values = dict(current)
+    if span is not None:
+        values[keys[0]] = span
+    if rollout_id is not None:
+        if propagate:
+            entries = current.get(keys[1])
+            entries = dict(entries) if isinstance(entries, dict) else {}
+            entries[semconv.BAGGAGE_ROLLOUT_ID] = rollout_id
+            values[keys[1]] = entries
+        else:
+            values[ROLLOUT_ID_CONTEXT_KEY] = rollout_id
+    values[_GUARD_KEY] = guard
+    return Context(values)
 
 
 class Role:
     name: str = ""
     span_name: str | None = None
     row_names: tuple[str, ...] = ()
-
-    def current_context(self, span: Span, call: Call) -> context.Context:
-        return trace.set_span_in_context(span)
-
-    def spanless_context(self) -> context.Context | None:
-        """For a role with no span: the context to make current during the call (None: leave it)."""
-        return None
+    carries_rollout_id = False  # the call's context carries its rollout id (baggage)
+    isolates = False  # the call runs in an empty context
 
     def on_end(self, active: Active) -> None:
         raise NotImplementedError
@@ -86,39 +139,37 @@ class DispatchRole(Role):
     name = semconv.ROLE_DISPATCH
     span_name = semconv.SPAN_DISPATCH
     row_names = ("row", "json")
-
-    def current_context(self, span: Span, call: Call) -> context.Context:
-        ctx = trace.set_span_in_context(span)
-        rollout_id = call.identity.rollout_id
-        if rollout_id is not None:
-            if ENGINE.propagate_baggage:
-                ctx = baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id, ctx)
-            else:
-                ctx = context.set_value(ROLLOUT_ID_CONTEXT_KEY, rollout_id, ctx)
-        return ctx
+    carries_rollout_id = True
 
     def on_end(self, active: Active) -> None:
-        span, call = active.span, active.call
-        recorder = active.recorder
+        span = active.span
         if span is None:
             return
         if not span.is_recording():
             span.end()
             return
-        active.set_end_attributes()
-        recorder.end_span(span, call.exception, active.cancelled)
-        if call.exception is None:
-            identity = call.identity
-            evicted = active.links.remember(
+        exception = active.exception
+        if active._binding.end_plan:
+            active.set_end_attributes({})
+        recorder = active.setup.recorder
+        if exception is None:
+            span.end()
+            identity = active.identity
+            active.setup.links.remember(
                 span.get_span_context(),
                 identity.task_index,
                 identity.rollout_index,
                 identity.attempt,
                 identity.rollout_id if identity.custom_id else None,
             )
-            if evicted:
-                recorder.count(semconv.METRIC_LINK_EVICTIONS, None, evicted)
-        recorder.count(semconv.METRIC_DISPATCHES, _OUTCOME_ATTRIBUTES[active.outcome])
+            recorder.count(semconv.METRIC_DISPATCHES, _OUTCOME_ATTRIBUTES[semconv.OUTCOME_OK])
+        else:
+            cancelled = isinstance(exception, _CANCELLATION)
+            recorder.end_span(span, exception, cancelled)
+            recorder.count(
+                semconv.METRIC_DISPATCHES,
+                _OUTCOME_ATTRIBUTES[semconv.OUTCOME_CANCELLED if cancelled else semconv.OUTCOME_ERROR],
+            )
 
 
 class VerifyRole(Role):
@@ -133,10 +184,21 @@ class VerifyRole(Role):
         if not span.is_recording():
             span.end()
             return
-        attributes = active.set_end_attributes()
-        active.recorder.end_span(span, active.call.exception, active.cancelled)
+        attributes = {}
+        if active._binding.defaults:
+            try:
+                attributes = result_attributes(active.result)
+            except Exception:  # as an extractor's failure: logged once, the span goes on without
+                FAILURES.failed("default extractor of", self)
+        attributes = active.set_end_attributes(attributes)
+        exception = active.exception
+        recorder = active.setup.recorder
+        if exception is None:
+            span.end()
+        else:
+            recorder.end_span(span, exception, isinstance(exception, _CANCELLATION))
         if semconv.ROLLOUT_REWARD in attributes:
-            active.recorder.count(semconv.METRIC_REWARDED)
+            recorder.count(semconv.METRIC_REWARDED)
 
 
 class HealthRole(Role):
@@ -147,22 +209,30 @@ class HealthRole(Role):
     row_names = ("rollout_paths",)
 
     def on_end(self, active: Active) -> None:
-        call = active.call
-        if call.exception is None:
-            self.emit(active, call.result)
+        if active.exception is None:
+            self.emit(active, active.result)
 
     @staticmethod
     def emit(active: Active, result: Any) -> None:
-        tracer, call, links, recorder = active.tracer, active.call, active.links, active.recorder
-        extractors = active.binding.end_extractors
+        links, recorder = active.setup.links, active.setup.recorder
+        tracer = recorder.tracer()
+        if tracer is None:
+            return
+        plan, defaults = active._binding.end_plan, active._binding.defaults
         for verdict in verdicts_of(result):
             rollout_id, task_index, rollout_index = verdict_identity(verdict)
             link = links.take(rollout_id, task_index, rollout_index)
             if link is None:
                 continue  # never traced here (or evicted): no orphan root span
-            call.verdict = verdict
-            attributes: dict[str, Any] = {}
-            run_extractors(extractors, call, attributes)
+            active.verdict = verdict
+            attributes = {}
+            if defaults:
+                try:
+                    attributes = verdict_attributes_of(verdict)
+                except Exception:  # as an extractor's failure: logged once, the span goes on without
+                    FAILURES.failed("default extractor of", HealthRole)
+            if plan:
+                run_extractors(plan, active, attributes)
             attributes[semconv.ROLLOUT_ID] = link.rollout_id
             recorder.emit_child(tracer, semconv.SPAN_HEALTH, link.span_context, attributes)
             name = attributes.get(semconv.HEALTH_VERDICT)
@@ -183,9 +253,7 @@ class IsolateRole(Role):
 
     name = semconv.ROLE_ISOLATE
     span_name = None
-
-    def spanless_context(self) -> context.Context:
-        return context.Context()
+    isolates = True
 
     def on_end(self, active: Active) -> None:
         pass
@@ -207,88 +275,149 @@ class Binding:
         when: Mapping[str, Any] | None = None,
     ) -> None:
         self.role = role
+        self.role_name = role.name
         self.target = target
         self.function = function
         self.armed = True
         self.locator = ArgLocator(function, role.row_names, row_arg)
         self.function_guard = (role.name, id(function))  # the guard of a call without an instance
         self.conditions = tuple((ArgLocator(function, (), name), value) for name, value in (when or {}).items())
-        if role.name == semconv.ROLE_HEALTH:
-            self.start_extractors: tuple[Extractor, ...] = ()
-            self.end_extractors: tuple[Extractor, ...] = tuple(extractors)
-        else:
-            self.start_extractors = tuple(e for e in extractors if runs_at_start(e))
-            self.end_extractors = tuple(e for e in extractors if not runs_at_start(e))
+        # The role's default extractors run as the role's own code (the same functions, without
+        # building a Call for them); the plans hold the others, in order, after them.
+        defaults = DEFAULT_EXTRACTORS[role.name]
+        self.defaults = bool(defaults) and tuple(extractors[: len(defaults)]) == defaults
+        others = tuple(extractors[len(defaults) :]) if self.defaults else tuple(extractors)
+        at_start = () if role.name == semconv.ROLE_HEALTH else tuple(e for e in others if runs_at_start(e))
+        self.start_plan = tuple((e, is_trusted(e)) for e in at_start)
+        self.end_plan = tuple((e, is_trusted(e)) for e in others if e not in at_start)
 
-    def applies(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Whether this call is traced: the target's conditions hold and it is not a nested same-role call."""
+    def _admit(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], current: Context) -> trace.Tracer | None:
+        """The tracer when this call is to be traced in ``current``; None passes it through untouched.
+
+        Traced when anything records (an SDK, instrumentation not suppressed), the target's
+        conditions hold, and it is not a nested call of the same role on the same object.
+        """
+        recorder = ENGINE.setup.recorder
+        tracer = recorder.cached_tracer or recorder.tracer()
+        if tracer is None or suppressed(current):
+            return None
         for locator, expected in self.conditions:
             value = locator.find(instance, args, kwargs)
             if value is MISSING or type(value) is not type(expected) or value != expected:
-                return False
-        return _ACTIVE.get() != (self.function_guard if instance is None else (self.role.name, id(instance)))
+                return None
+        if current.get(_GUARD_KEY) == (self.function_guard if instance is None else (self.role_name, id(instance))):
+            return None
+        return tracer
 
-    def start(self, tracer: trace.Tracer, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Active:
-        """Start the span for one call (health: no span, only the call is kept for its verdicts)."""
-        guard = self.function_guard if instance is None else (self.role.name, id(instance))
-        call = Call(self.role.name, self.target, self.function, instance, args, kwargs, self.locator)
-        role = self.role
-        if role.span_name is None:
-            return Active(self, tracer, call, None, role.spanless_context(), guard)
-        attributes: dict[str, Any] = {}
-        run_extractors(self.start_extractors, call, attributes)
-        span = tracer.start_span(role.span_name, kind=SpanKind.INTERNAL, attributes=attributes)
+    def check(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> trace.Tracer | None:
+        """Whether a call is traced, decided when it is made (a coroutine or generator starts later)."""
+        if not self.armed:
+            return None
         try:
-            ctx = role.current_context(span, call)
+            return self._admit(instance, args, kwargs, context.get_current())
+        except Exception:
+            FAILURES.failed("condition of", self.role)
+            return None
+
+    def enter(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Active | None:
+        """A plain function's call, checked, started and attached; None passes it through untouched."""
+        if not self.armed:
+            return None
+        try:
+            current = context.get_current()
+            tracer = self._admit(instance, args, kwargs, current)
+        except Exception:
+            FAILURES.failed("condition of", self.role)
+            return None
+        if tracer is None:
+            return None
+        active = self.start(tracer, instance, args, kwargs, current)
+        if active is not None:
+            active._token = context.attach(active.ctx)  # type: ignore[arg-type]
+        return active
+
+    def start(
+        self, tracer: trace.Tracer, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], current: Context | None = None
+    ) -> Active | None:
+        """Start the span for one call (health, isolate: no span) and its context; None if that failed."""
+        role = self.role
+        rollout_id = None
+        try:
+            active = Active(self, instance, args, kwargs)
+            if current is None:
+                current = context.get_current()
+            if role.span_name is None:
+                span = None
+            else:
+                found = self.locator.find(instance, args, kwargs)
+                row = active._row = None if found is MISSING else found
+                try:
+                    if role.carries_rollout_id:  # dispatch: the row's identity names the span and the baggage
+                        identity = active._identity = rollout_identity(row)
+                        rollout_id = identity.rollout_id
+                        attributes = identity_attributes(identity) if self.defaults else {}
+                    else:
+                        attributes = request_attributes(row, current) if self.defaults else {}
+                except Exception:  # as an extractor's failure: logged once, the span goes on without
+                    FAILURES.failed("default extractor of", role)
+                    attributes = {}
+                if self.start_plan:
+                    run_extractors(self.start_plan, active, attributes)
+                span = active.span = tracer.start_span(
+                    role.span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes
+                )
+        except Exception:
+            FAILURES.failed("start of", role)
+            return None
+        try:
+            if role.isolates:
+                active.ctx = Context({_GUARD_KEY: active.guard})
+            else:
+                active.ctx = _call_context(current, span, active.guard, rollout_id, active.setup.propagate_baggage)
         except Exception:
             FAILURES.failed("context of role", role)
-            ctx = trace.set_span_in_context(span)
-        return Active(self, tracer, call, span, ctx, guard)
+            active.ctx = _call_context(current, span, active.guard, None, True)
+        return active
 
 
-class Active:
-    """One traced call in flight. :meth:`finish` is the single, idempotent place it ends."""
+class Active(Call):
+    """One traced call in flight, as its extractors see it. :meth:`finish` is the single, idempotent place it ends."""
 
-    __slots__ = ("_done", "_tokens", "binding", "call", "cancelled", "ctx", "guard", "links", "recorder", "span", "tracer")
+    __slots__ = ("_done", "_token", "ctx", "guard", "setup", "span")
 
-    def __init__(
-        self, binding: Binding, tracer: trace.Tracer, call: Call, span: Span | None, ctx: Any, guard: tuple[str, int]
-    ) -> None:
-        self.binding = binding
-        self.tracer = tracer
-        self.call = call
-        self.span = span
-        self.ctx = ctx
-        self.guard = guard
+    def __init__(self, binding: Binding, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        # Call's fields, set here rather than through Call.__init__ (one call fewer per traced call).
+        self._binding = binding
+        self.instance = instance
+        self.args = args
+        self.kwargs = kwargs
+        self.result = MISSING
+        self.exception = None
+        self.verdict = MISSING
+        self._row = MISSING
+        self._identity = None
+        self.guard = binding.function_guard if instance is None else (binding.role_name, id(instance))
         # Fixed when the call starts: an uninstrument() while it is in flight must not send its end
         # (the reward count, the dispatch remembered for its verdict) to the next configuration.
-        self.recorder = ENGINE.recorder
-        self.links = ENGINE.links
-        self.cancelled = False
-        self._tokens: tuple[object, Token[Any]] | None = None
+        self.setup = ENGINE.setup
+        self.span: Span | None = None
+        self.ctx: Context | None = None
+        self._token: object | None = None
         self._done = False
 
-    @property
-    def outcome(self) -> str:
-        if self.cancelled:
-            return semconv.OUTCOME_CANCELLED
-        return semconv.OUTCOME_OK if self.call.exception is None else semconv.OUTCOME_ERROR
-
     def attach(self) -> None:
-        self._tokens = (context.attach(self.ctx) if self.ctx is not None else None, _ACTIVE.set(self.guard))
+        self._token = context.attach(self.ctx)  # type: ignore[arg-type]
 
     def detach(self) -> None:
-        tokens, self._tokens = self._tokens, None
-        if tokens is not None:
-            _ACTIVE.reset(tokens[1])
-            if tokens[0] is not None:
-                context.detach(tokens[0])  # type: ignore[arg-type]
+        token, self._token = self._token, None
+        if token is not None:
+            context.detach(token)  # type: ignore[arg-type]
 
-    def set_end_attributes(self) -> dict[str, Any]:
-        attributes: dict[str, Any] = {}
-        if not self.binding.end_extractors:
-            return attributes
-        run_extractors(self.binding.end_extractors, self.call, attributes)
+    def set_end_attributes(self, attributes: dict[str, Any]) -> dict[str, Any]:
+        """Put the role's own end attributes and those of the end extractors on the span."""
+        plan = self._binding.end_plan
+        if plan:
+            run_extractors(plan, self, attributes)
         if attributes and self.span is not None:
             self.span.set_attributes(attributes)
         return attributes
@@ -297,17 +426,19 @@ class Active:
         if self._done:
             return
         self._done = True
+        token = self._token
+        if token is not None:
+            self._token = None
+            try:
+                context.detach(token)  # type: ignore[arg-type]
+            except Exception:
+                FAILURES.failed("context detach of", Active.detach)
+        self.result = result
+        self.exception = exception
         try:
-            self.detach()
+            self._binding.role.on_end(self)
         except Exception:
-            FAILURES.failed("context detach of", Active.detach)
-        try:
-            self.call.result = result
-            self.call.exception = exception
-            self.cancelled = isinstance(exception, _CANCELLATION)
-            self.binding.role.on_end(self)
-        except Exception:
-            FAILURES.failed("end of role", self.binding.role)
+            FAILURES.failed("end of role", self._binding.role)
             if self.span is not None:
                 try:
                     self.span.end()  # idempotent in the SDK: a span that already ended warns, never raises
@@ -315,41 +446,19 @@ class Active:
                     pass
 
 
-def _tracer_if_applies(binding: Binding, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> trace.Tracer | None:
-    """The tracer when this call is to be traced; None passes the call through untouched."""
-    if not binding.armed:
-        return None
-    tracer = ENGINE.recorder.tracer()
-    if tracer is None:
-        return None
-    try:
-        return tracer if binding.applies(instance, args, kwargs) else None
-    except Exception:
-        FAILURES.failed("condition of", binding.role)
-        return None
-
-
-def _start(binding: Binding, tracer: trace.Tracer, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Active | None:
-    try:
-        return binding.start(tracer, instance, args, kwargs)
-    except Exception:
-        FAILURES.failed("start of", binding.role)
-        return None
-
-
 def _sync_wrapper(binding: Binding) -> Callable[..., Any]:
+    enter = binding.enter
+
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tracer = _tracer_if_applies(binding, instance, args, kwargs)
-        active = None if tracer is None else _start(binding, tracer, instance, args, kwargs)
+        active = enter(instance, args, kwargs)
         if active is None:
             return wrapped(*args, **kwargs)
-        active.attach()
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exception:
-            active.finish(exception=exception)
+            active.finish(MISSING, exception)
             raise
-        active.finish(result=result)
+        active.finish(result)
         return result
 
     return wrapper
@@ -358,20 +467,22 @@ def _sync_wrapper(binding: Binding) -> Callable[..., Any]:
 def _async_wrapper(binding: Binding) -> Callable[..., Any]:
     # The span starts when the coroutine starts running, so a coroutine never awaited leaves no span.
     async def traced(tracer: trace.Tracer, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        active = _start(binding, tracer, instance, args, kwargs)
+        active = binding.start(tracer, instance, args, kwargs)
         if active is None:
             return await wrapped(*args, **kwargs)
-        active.attach()
+        active._token = context.attach(active.ctx)  # type: ignore[arg-type]
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exception:
-            active.finish(exception=exception)
+            active.finish(MISSING, exception)
             raise
-        active.finish(result=result)
+        active.finish(result)
         return result
 
+    check = binding.check
+
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tracer = _tracer_if_applies(binding, instance, args, kwargs)
+        tracer = check(instance, args, kwargs)
         if tracer is None:
             return wrapped(*args, **kwargs)  # not traced: the original coroutine object itself
         return traced(tracer, wrapped, instance, args, kwargs)
@@ -382,10 +493,10 @@ def _async_wrapper(binding: Binding) -> Callable[..., Any]:
 def _generator_wrapper(binding: Binding) -> Callable[..., Any]:
     # The span starts at the first step, so a generator never iterated leaves no span.
     def traced(tracer: trace.Tracer, generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        active = _start(binding, tracer, instance, args, kwargs)
+        active = binding.start(tracer, instance, args, kwargs)
         if active is None:
             return (yield from generator)
-        is_health = active.span is None
+        is_health = binding.role_name == semconv.ROLE_HEALTH
         to_send: Any = None
         to_throw: BaseException | None = None
         try:
@@ -412,7 +523,7 @@ def _generator_wrapper(binding: Binding) -> Callable[..., Any]:
             raise
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tracer = _tracer_if_applies(binding, instance, args, kwargs)
+        tracer = binding.check(instance, args, kwargs)
         generator = wrapped(*args, **kwargs)
         if tracer is None:
             return generator
@@ -423,8 +534,8 @@ def _generator_wrapper(binding: Binding) -> Callable[..., Any]:
 
 def _async_generator_wrapper(binding: Binding) -> Callable[..., Any]:
     async def traced(tracer: trace.Tracer, generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        active = _start(binding, tracer, instance, args, kwargs)
-        is_health = active is not None and active.span is None
+        active = binding.start(tracer, instance, args, kwargs)
+        is_health = active is not None and binding.role_name == semconv.ROLE_HEALTH
         to_send: Any = None
         to_throw: BaseException | None = None
         try:
@@ -458,7 +569,7 @@ def _async_generator_wrapper(binding: Binding) -> Callable[..., Any]:
             raise
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tracer = _tracer_if_applies(binding, instance, args, kwargs)
+        tracer = binding.check(instance, args, kwargs)
         generator = wrapped(*args, **kwargs)
         if tracer is None:
             return generator
