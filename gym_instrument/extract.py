@@ -171,11 +171,44 @@ class Call:
 # Field access that tolerates mappings, pydantic models, plain objects and hostile ones.
 
 
+_UNKNOWN = object()
+_MODEL_FIELDS: dict[type, frozenset[str] | None] = {}  # by type: a pydantic model's field names, else None
+
+
+def _model_fields(kind: type) -> frozenset[str] | None:
+    """A pydantic model class's declared and computed field names (None: not a plain model), cached per class."""
+    names = _MODEL_FIELDS.get(kind, _UNKNOWN)
+    if names is _UNKNOWN:
+        names = None
+        fields = getattr(kind, "__pydantic_fields__", None)
+        if type(fields) is dict and not issubclass(kind, (str, bytes, int, float, Mapping)):
+            computed = getattr(kind, "__pydantic_computed_fields__", None)
+            names = frozenset(fields) | frozenset(computed if type(computed) is dict else ())
+        if len(_MODEL_FIELDS) >= 1024:  # bounded, whatever classes a process makes
+            _MODEL_FIELDS.clear()
+        _MODEL_FIELDS[kind] = names
+    return names  # type: ignore[return-value]
+
+
 def field(obj: Any, name: str) -> Any:
     """``obj[name]`` for a mapping, else ``obj.name`` (pydantic extras included); MISSING when absent or unreadable."""
     try:
-        if type(obj) is dict:
+        kind = type(obj)
+        if kind is dict:
             return obj.get(name, MISSING)
+        try:
+            names = _MODEL_FIELDS.get(kind, _UNKNOWN)
+            if names is _UNKNOWN:
+                names = _model_fields(kind)
+        except Exception:  # a class that cannot be a dict key (a hostile metaclass): the general path
+            names = None
+        if names is not None:
+            if name in names:
+                return getattr(obj, name, MISSING)
+            # A pydantic model without that field: its extras, if any. getattr() would take
+            # pydantic's slow path for a missing name (several microseconds per lookup).
+            extra = obj.__pydantic_extra__
+            return extra.get(name, MISSING) if type(extra) is dict else MISSING
         if obj is None or isinstance(obj, (str, bytes, int, float)):
             return MISSING
         if isinstance(obj, Mapping):
@@ -588,8 +621,10 @@ def verdict_checks(verdict: Any) -> list[str]:
     checks = set()
     try:
         for finding in findings:
-            check = rollout_id_string(field(finding, "check"))
-            if check is not None:
+            check = field(finding, "check")
+            if type(check) is not str or not check.isascii():
+                check = rollout_id_string(check)
+            if check:
                 checks.add(check)
     except Exception:  # findings that cannot be read are no findings
         return []
@@ -602,8 +637,21 @@ def verdict_attributes(call: Call) -> dict[str, Any]:
     return verdict_attributes_of(call.verdict)
 
 
+_VERDICT_FIELDS = frozenset(("verdict", "findings"))
+
+
 def verdict_attributes_of(verdict: Any) -> dict[str, Any]:
     """:func:`verdict_attributes` of one verdict."""
+    try:
+        names = _MODEL_FIELDS.get(type(verdict), _UNKNOWN)
+        if names is _UNKNOWN:
+            names = _model_fields(type(verdict))
+        if names is not None and _VERDICT_FIELDS <= names:  # NeMo Gym's RolloutDigest: its fields, read directly
+            name, findings = verdict.verdict, verdict.findings
+            if type(name) is str and name.isascii() and type(findings) is list:
+                return {semconv.HEALTH_CHECKS: verdict_checks(verdict) if findings else [], semconv.HEALTH_VERDICT: name}
+    except Exception:
+        pass  # the general path below decides
     attributes: dict[str, Any] = {semconv.HEALTH_CHECKS: verdict_checks(verdict)}
     name = plain_str(field(verdict, "verdict"))
     if name is not None:
@@ -611,14 +659,30 @@ def verdict_attributes_of(verdict: Any) -> dict[str, Any]:
     return attributes
 
 
+_DIGEST_FIELDS = frozenset(("task_index", "rollout_index", "rollout_id"))
+
+
 def verdict_identity(verdict: Any) -> tuple[str | None, int | None, int | None]:
     """A verdict's rollout id and (task index, rollout index); other index types match nothing."""
+    try:
+        names = _model_fields(type(verdict))
+    except Exception:
+        names = None
+    if names is not None and _DIGEST_FIELDS <= names:  # NeMo Gym's RolloutDigest: its fields, read directly
+        try:
+            task_index, rollout_index, rollout_id = verdict.task_index, verdict.rollout_index, verdict.rollout_id
+        except Exception:
+            task_index = rollout_index = rollout_id = MISSING
+        if type(task_index) is int and type(rollout_index) is int and type(rollout_id) is str:
+            if 0 <= task_index <= _INT64_MAX and 0 <= rollout_index <= _INT64_MAX:
+                return (rollout_id if rollout_id.isascii() else utf8_safe(rollout_id)) or None, task_index, rollout_index
     task_index = field(verdict, "task_index")
     rollout_index = field(verdict, "rollout_index")
     if task_index is MISSING and rollout_index is MISSING:  # a rollout_verdicts.jsonl row
         task_index, rollout_index = field(verdict, "_ng_task_index"), field(verdict, "_ng_rollout_index")
-    if any(value is not MISSING and value is not None and index_value(value) is None for value in (task_index, rollout_index)):
-        return None, None, None  # not even through a bare "{task}-{rollout}" id beside them
+    for value in (task_index, rollout_index):
+        if value is not MISSING and value is not None and index_value(value) is None:
+            return None, None, None  # not even through a bare "{task}-{rollout}" id beside them
     return rollout_id_string(field(verdict, "rollout_id")), index_value(task_index), index_value(rollout_index)
 
 

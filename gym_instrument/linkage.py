@@ -22,9 +22,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
-from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, TraceFlags
 
-from gym_instrument.extract import index_form, parse_index_form
+from gym_instrument.extract import parse_index_form
 
 _LOG = logging.getLogger(__name__)
 
@@ -36,13 +36,19 @@ _SPAN_MASK = (1 << 64) - 1
 
 
 def _span_context_is_tuple() -> bool:
-    """Whether a SpanContext is the tuple (trace_id, span_id, is_remote, trace_flags, ...), as the API builds it."""
+    """Whether a SpanContext is the tuple (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid).
+
+    So the API builds it today; checked once, through its own constructor and properties, so that
+    the hot paths may read and build one by position (else they use the public constructor).
+    """
     try:
-        probe = SpanContext(trace_id=5, span_id=7, is_remote=False, trace_flags=TraceFlags(1))
-        return isinstance(probe, tuple) and (probe[0], probe[1], probe[3]) == (5, 7, 1) == (
-            probe.trace_id,
-            probe.span_id,
-            probe.trace_flags,
+        fields = (5, 7, False, TraceFlags(1), DEFAULT_TRACE_STATE, True)
+        made = SpanContext(trace_id=5, span_id=7, is_remote=False, trace_flags=TraceFlags(1))
+        built = tuple.__new__(SpanContext, fields)
+        return (
+            isinstance(made, tuple)
+            and tuple(made) == fields
+            and (built.trace_id, built.span_id, built.is_remote, built.trace_flags, built.trace_state, built.is_valid) == fields
         )
     except Exception:
         return False
@@ -198,18 +204,40 @@ class DispatchLinks:
 
     def take(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
         """Find and forget the dispatch a verdict names (each dispatch is found at most once)."""
+        if task_index is not None and rollout_index is not None:
+            bare = f"{task_index}-{rollout_index}"
+            if rollout_id is None or rollout_id == bare:  # NeMo Gym's usual verdict: its indices name it
+                if self._queue:
+                    self.fold()
+                if rollout_index < (1 << 16) and task_index < (1 << 40):
+                    key = (rollout_index << 40) | (task_index ^ rollout_index)
+                else:
+                    key = _index_key(task_index, rollout_index)
+                with self._lock:
+                    packed = self._entries.get(key)
+                    if packed is None:
+                        return None
+                    custom_id = self._custom_of_index.get(key) if self._custom_of_index else None
+                    self._discard_primary(key)
+                attempt = (packed >> 1) & _ATTEMPT_MAX
+                return tuple.__new__(DispatchLink, (_unpack(packed), custom_id or (f"{bare}-a{attempt}" if attempt else bare)))
+        return self._take_named(rollout_id, task_index, rollout_index)
+
+    def _take_named(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
+        """:meth:`take` for a verdict whose rollout id is more than its bare indices (or has no indices)."""
         attempt_wanted: int | None = None
         explicit = False
-        if rollout_id is not None and (
-            task_index is None or rollout_index is None or rollout_id != f"{task_index}-{rollout_index}"
-        ):  # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
+        bare = None if task_index is None or rollout_index is None else f"{task_index}-{rollout_index}"
+        if rollout_id is not None and rollout_id != bare:
+            # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
             parsed = parse_index_form(rollout_id)
             if parsed is None:
                 explicit = True
             else:
                 parsed_task, parsed_rollout, attempt_wanted = parsed
-                if task_index is None or rollout_index is None:
+                if bare is None:
                     task_index, rollout_index = parsed_task, parsed_rollout
+                    bare = f"{task_index}-{rollout_index}"
                 elif (task_index, rollout_index) != (parsed_task, parsed_rollout):
                     return None  # a verdict that contradicts itself names no dispatch
         self.fold()
@@ -229,9 +257,9 @@ class DispatchLinks:
             attempt = (packed >> 1) & _ATTEMPT_MAX
             if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
                 return None  # an attempt-qualified id names an attempt a retry has replaced
-            custom_id = self._custom_of_index.get(key)
+            custom_id = self._custom_of_index.get(key) if self._custom_of_index else None
             self._discard_primary(key)
-        return DispatchLink(_unpack(packed), custom_id or index_form(task_index, rollout_index, attempt))
+        return DispatchLink(_unpack(packed), custom_id or (f"{bare}-a{attempt}" if attempt else bare))  # type: ignore[arg-type]
 
     # -- under the lock ----------------------------------------------------------------------
 
@@ -239,7 +267,7 @@ class DispatchLinks:
         del self._entries[key]
         self._stale[key] = self._stale.get(key, 0) + 1
         self._size -= 1
-        if type(key) is int:
+        if type(key) is int and self._custom_of_index:
             custom_id = self._custom_of_index.pop(key, None)
             if custom_id is not None:
                 del self._index_of_custom[custom_id]
@@ -292,7 +320,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_forked_child)
 
 
+_TRACE_FLAGS = (TraceFlags(0), TraceFlags(1))
+
+
 def _unpack(packed: int) -> SpanContext:
+    trace_id, span_id = packed >> _TRACE_SHIFT, (packed >> _SPAN_SHIFT) & _SPAN_MASK
+    if _SPAN_CONTEXT_IS_TUPLE and trace_id and span_id:
+        # Built as the API builds it (a valid, local context), without re-checking ids it made itself.
+        return tuple.__new__(SpanContext, (trace_id, span_id, False, _TRACE_FLAGS[packed & 1], DEFAULT_TRACE_STATE, True))  # type: ignore[no-any-return]
     return SpanContext(
         trace_id=packed >> _TRACE_SHIFT,
         span_id=(packed >> _SPAN_SHIFT) & _SPAN_MASK,

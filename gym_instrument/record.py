@@ -293,9 +293,20 @@ class Recorder:
                 span.set_status(Status(StatusCode.ERROR, f"{type(exception).__name__}: {message}"[:256]))
         span.end()
 
-    def emit_child(self, tracer: trace.Tracer, name: str, parent: SpanContext, attributes: dict[str, Any]) -> None:
-        """A span whose parent is an already-ended span: same trace, not made current."""
-        parent_context: Context = trace.set_span_in_context(NonRecordingSpan(parent))
+    @staticmethod
+    def emit_child(
+        tracer: trace.Tracer, name: str, parent: SpanContext, attributes: dict[str, Any], current: Context | None = None
+    ) -> None:
+        """A span whose parent is an already-ended span: same trace, not made current.
+
+        ``current``: the context the parent is set in (default: the current one).
+        """
+        if CONTEXT_KEYS is None or current is None:
+            parent_context: Context = trace.set_span_in_context(NonRecordingSpan(parent), current)
+        else:
+            values = dict(current)
+            values[CONTEXT_KEYS[0]] = NonRecordingSpan(parent)
+            parent_context = Context(values)
         tracer.start_span(name, context=parent_context, kind=SpanKind.INTERNAL, attributes=attributes).end()
 
     # -- metrics (bounded attributes only: never ids, rewards or free text) ----------------------

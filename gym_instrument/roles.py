@@ -59,6 +59,9 @@ _OUTCOME_ATTRIBUTES = {
 }
 
 
+_VERDICT_ATTRIBUTES = {verdict: {"verdict": verdict} for verdict in (*semconv.KNOWN_VERDICTS, semconv.VERDICT_OTHER)}
+
+
 class Setup:
     """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting."""
 
@@ -219,27 +222,31 @@ class HealthRole(Role):
         if tracer is None:
             return
         plan, defaults = active._binding.end_plan, active._binding.defaults
-        for verdict in verdicts_of(result):
-            rollout_id, task_index, rollout_index = verdict_identity(verdict)
-            link = links.take(rollout_id, task_index, rollout_index)
-            if link is None:
-                continue  # never traced here (or evicted): no orphan root span
-            active.verdict = verdict
-            attributes = {}
-            if defaults:
-                try:
-                    attributes = verdict_attributes_of(verdict)
-                except Exception:  # as an extractor's failure: logged once, the span goes on without
-                    FAILURES.failed("default extractor of", HealthRole)
-            if plan:
-                run_extractors(plan, active, attributes)
-            attributes[semconv.ROLLOUT_ID] = link.rollout_id
-            recorder.emit_child(tracer, semconv.SPAN_HEALTH, link.span_context, attributes)
-            name = attributes.get(semconv.HEALTH_VERDICT)
-            recorder.count(
-                semconv.METRIC_VERDICTS,
-                {"verdict": name if name in semconv.KNOWN_VERDICTS else semconv.VERDICT_OTHER},
-            )
+        current = context.get_current()
+        tally: dict[str, int] = {}  # verdicts by name, counted once per pass (the same sums)
+        try:
+            for verdict in verdicts_of(result):
+                rollout_id, task_index, rollout_index = verdict_identity(verdict)
+                link = links.take(rollout_id, task_index, rollout_index)
+                if link is None:
+                    continue  # never traced here (or evicted): no orphan root span
+                attributes = {}
+                if defaults:
+                    try:
+                        attributes = verdict_attributes_of(verdict)
+                    except Exception:  # as an extractor's failure: logged once, the span goes on without
+                        FAILURES.failed("default extractor of", HealthRole)
+                if plan:
+                    active.verdict = verdict
+                    run_extractors(plan, active, attributes)
+                attributes[semconv.ROLLOUT_ID] = link[1]
+                recorder.emit_child(tracer, semconv.SPAN_HEALTH, link[0], attributes, current)
+                name = attributes.get(semconv.HEALTH_VERDICT)
+                name = name if name in semconv.KNOWN_VERDICTS else semconv.VERDICT_OTHER
+                tally[name] = tally.get(name, 0) + 1
+        finally:
+            for name, count in tally.items():
+                recorder.count(semconv.METRIC_VERDICTS, _VERDICT_ATTRIBUTES[name], count)
 
 
 class IsolateRole(Role):
