@@ -239,6 +239,18 @@ def _fmt(value: float, digits: int = 2) -> str:
 # ---------------------------------------------------------------------------------------------
 # A. dispatch, SDK on
 
+IDIOMATIC = "idiomatic (`start_as_current_span`)"
+LEAN = "lean (`start_span` + one `attach`)"
+
+
+def _judged(baseline_name: str, figures: Sequence[float]) -> tuple[str, bool | None]:
+    """Goal and verdict of an A or C row: the issue's baseline is the in-tree approach, the idiomatic
+    ``start_as_current_span`` code NeMo Gym's own tracing is written in; the lean twin is a stricter
+    reference (the fewest API calls a careful engineer could write), shown beside it and not judged."""
+    if baseline_name == IDIOMATIC:
+        return "<= 1.05", statistics.median(figures) <= 1.05
+    return "(reference, not the goal's baseline)", None
+
 
 def case_a(sizes: Sizes) -> list[Row]:
     provider, exporter = sdk()
@@ -297,8 +309,8 @@ def case_a(sizes: Sizes) -> list[Row]:
             if exporter.exported - before != 3 * sizes.calls * sizes.call_rounds:
                 raise AssertionError("A: a span went missing")
             for baseline_name, baseline_us in (
-                ("lean (`start_span` + one `attach`)", lean_us),
-                ("idiomatic (`start_as_current_span`)", idiomatic_us),
+                (LEAN, lean_us),
+                (IDIOMATIC, idiomatic_us),
             ):
                 figures = ratios(auto_us, baseline_us)
                 rows_out.append(
@@ -309,8 +321,7 @@ def case_a(sizes: Sizes) -> list[Row]:
                         f"inline, {baseline_name}: {_fmt(statistics.median(baseline_us))} us",
                         "ratio",
                         figures,
-                        "<= 1.05",
-                        statistics.median(figures) <= 1.05,
+                        *_judged(baseline_name, figures),
                     )
                 )
     provider.shutdown()
@@ -443,8 +454,8 @@ def case_c(sizes: Sizes) -> list[Row]:
         provider.shutdown()
     rows_out = []
     for baseline_name, baseline in (
-        ("lean (`start_span` + one `attach`)", lean),
-        ("idiomatic (`start_as_current_span`)", idiomatic),
+        (LEAN, lean),
+        (IDIOMATIC, idiomatic),
     ):
         figures = ratios([cpu for cpu, _ in auto], [cpu for cpu, _ in baseline])
         wall = ratios([wall for _, wall in auto], [wall for _, wall in baseline])
@@ -460,8 +471,7 @@ def case_c(sizes: Sizes) -> list[Row]:
                 f"wall-time ratio {statistics.median(wall):.3f} (min {min(wall):.3f}, max {max(wall):.3f})",
                 "ratio",
                 figures,
-                "<= 1.05",
-                statistics.median(figures) <= 1.05,
+                *_judged(baseline_name, figures),
             )
         )
     return rows_out
