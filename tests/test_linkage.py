@@ -265,3 +265,31 @@ def test_links_are_bounded_and_thread_safe() -> None:
     found = [links.take(None, t, i) for t in range(4) for i in range(5000)]
     assert sum(link is not None for link in found) == 1000
     assert len(links) == 0
+
+
+def test_links_find_every_dispatch_across_batches_keys_and_retries() -> None:
+    """Dispatches are queued and folded in batches: each verdict still finds exactly its own latest attempt."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    links = DispatchLinks(1_000_000)
+    big_task, big_rollout = 2**40 + 3, 2**16 + 5  # indices past the small-key range
+    identities = [(task, rollout) for task in range(400) for rollout in range(4)]
+    identities += [(big_task, 0), (0, big_rollout), (big_task, big_rollout), (2**63 - 1, 2**63 - 1)]
+    expected: dict[tuple[int, int], tuple[int, int, int]] = {}
+    span_id = 0
+    for attempt in (None, 1):  # every rollout twice: the retry, queued after it, must win
+        for task, rollout in identities:
+            span_id += 1
+            trace_id = (task * 7919 + rollout) % (2**128 - 1) + 1
+            context = SpanContext(trace_id, span_id, False, TraceFlags(span_id % 2))
+            links.remember(context, task, rollout, attempt, None)
+            expected[(task, rollout)] = (trace_id, span_id, span_id % 2)
+    assert 2 * len(identities) > 3 * DispatchLinks.FOLD_AT  # several batches, and retries within one
+    assert len(links) == len(identities)
+    for (task, rollout), (trace_id, span_id, sampled) in expected.items():
+        link = links.take(f"{task}-{rollout}", task, rollout)
+        assert link is not None
+        assert (link.span_context.trace_id, link.span_context.span_id) == (trace_id, span_id)
+        assert int(link.span_context.trace_flags) == sampled and link.span_context.is_valid
+        assert link.rollout_id == f"{task}-{rollout}-a1"
+    assert len(links) == 0
