@@ -298,30 +298,30 @@ class Binding:
         self.start_plan = tuple((e, is_trusted(e)) for e in at_start)
         self.end_plan = tuple((e, is_trusted(e)) for e in others if e not in at_start)
 
-    def _admit(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], current: Context) -> trace.Tracer | None:
-        """The tracer when this call is to be traced in ``current``; None passes it through untouched.
+    def _admits(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], current: Context) -> bool:
+        """Whether this call is traced in ``current``, once something records (an SDK is set).
 
-        Traced when anything records (an SDK, instrumentation not suppressed), the target's
-        conditions hold, and it is not a nested call of the same role on the same object.
+        Traced when instrumentation is not suppressed, the target's conditions hold, and it is
+        not a nested call of the same role on the same object.
         """
-        recorder = ENGINE.setup.recorder
-        tracer = recorder.cached_tracer or recorder.tracer()
-        if tracer is None or suppressed(current):
-            return None
+        if suppressed(current):
+            return False
         for locator, expected in self.conditions:
             value = locator.find(instance, args, kwargs)
             if value is MISSING or type(value) is not type(expected) or value != expected:
-                return None
-        if current.get(_GUARD_KEY) == (self.function_guard if instance is None else (self.role_name, id(instance))):
-            return None
-        return tracer
+                return False
+        return current.get(_GUARD_KEY) != (self.function_guard if instance is None else (self.role_name, id(instance)))
 
     def check(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> trace.Tracer | None:
-        """Whether a call is traced, decided when it is made (a coroutine or generator starts later)."""
+        """The tracer when a call is traced, decided when it is made (a coroutine or generator starts later)."""
         if not self.armed:
             return None
         try:
-            return self._admit(instance, args, kwargs, context.get_current())
+            recorder = ENGINE.setup.recorder
+            tracer = recorder.cached_tracer or recorder.tracer()
+            if tracer is None:
+                return None  # no SDK: nothing else is looked at
+            return tracer if self._admits(instance, args, kwargs, context.get_current()) else None
         except Exception:
             FAILURES.failed("condition of", self.role)
             return None
@@ -331,12 +331,15 @@ class Binding:
         if not self.armed:
             return None
         try:
+            recorder = ENGINE.setup.recorder
+            tracer = recorder.cached_tracer or recorder.tracer()
+            if tracer is None:
+                return None  # no SDK: nothing else is looked at
             current = context.get_current()
-            tracer = self._admit(instance, args, kwargs, current)
+            if not self._admits(instance, args, kwargs, current):
+                return None
         except Exception:
             FAILURES.failed("condition of", self.role)
-            return None
-        if tracer is None:
             return None
         active = self.start(tracer, instance, args, kwargs, current)
         if active is not None:
