@@ -322,6 +322,10 @@ def task_id_of(row: Any) -> str | None:
         value = field(row, name)
         if value is MISSING or value is None or type(value) is bool:
             continue
+        if type(value) is str:  # the usual id: no rendering to do
+            if value:
+                return value if value.isascii() else utf8_safe(value)
+            continue
         try:
             rendered = render_task_id(value)
         except Exception:  # a value that cannot be read is no id: the next field is tried
@@ -369,59 +373,10 @@ class RolloutIdentity:
         self.agent_name: str | None = None
 
 
-def _flat_dict_identity(row: dict[str, Any], identity: RolloutIdentity) -> RolloutIdentity:
-    """:func:`rollout_identity` of a flat row parsed from JSON (a plain dict): the usual dispatch, read directly."""
-    get = row.get
-    for name in _TASK_ID_FIELDS:
-        value = get(name)
-        if value is None or value is True or value is False:
-            continue
-        if type(value) is str:
-            if value:
-                identity.task_id = value if value.isascii() else utf8_safe(value)
-                break
-            continue
-        try:
-            rendered = render_task_id(value)
-        except Exception:  # a value that cannot be read is no id: the next field is tried
-            continue
-        if rendered is not None:
-            identity.task_id = rendered
-            break
-    task_index, rollout_index, attempt = get("_ng_task_index"), get("_ng_rollout_index"), get("_ng_attempt_index")
-    if not (type(task_index) is int and 0 <= task_index <= _INT64_MAX):
-        task_index = None
-    if not (type(rollout_index) is int and 0 <= rollout_index <= _INT64_MAX):
-        rollout_index = None
-    if attempt is not None and not (type(attempt) is int and 0 <= attempt <= _INT64_MAX):
-        attempt = None
-    identity.task_index, identity.rollout_index, identity.attempt = task_index, rollout_index, attempt
-    explicit = get("_ng_rollout_id")
-    if explicit is not None:
-        explicit = rollout_id_string(explicit)
-    if explicit is not None:
-        identity.rollout_id = explicit
-        identity.custom_id = parse_index_form(explicit) is None
-    elif task_index is not None and rollout_index is not None:
-        identity.rollout_id = f"{task_index}-{rollout_index}-a{attempt}" if attempt else f"{task_index}-{rollout_index}"
-    agent = get("agent_ref")
-    if agent is not None:
-        name = agent.get("name") if type(agent) is dict else field(agent, "name")
-        if type(name) is str and name.isascii():
-            identity.agent_name = name or None
-        else:
-            identity.agent_name = rollout_id_string(name)
-    return identity
-
-
 def rollout_identity(row: Any) -> RolloutIdentity:
     identity = RolloutIdentity()
     if row is None:
         return identity
-    if type(row) is dict:
-        episode = row.get("episode_id")
-        if episode is None or type(episode) is str or type(episode) is int:
-            return _flat_dict_identity(row, identity)
     episode = field(row, "episode_id")
     if episode is not MISSING and episode is not None and not is_a(episode, (str, int)):
         # NeMo Gym's native episode body: {"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", ...}}
@@ -615,7 +570,11 @@ def verdicts_of(result: Any) -> Sequence[Any]:
 
 def verdict_checks(verdict: Any) -> list[str]:
     """Sorted, distinct check ids of a verdict's findings."""
-    findings = field(verdict, "findings")
+    return checks_of(field(verdict, "findings"))
+
+
+def checks_of(findings: Any) -> list[str]:
+    """Sorted, distinct check ids of a list of findings."""
     if not is_a(findings, (list, tuple)):
         return []
     checks = set()
@@ -649,7 +608,7 @@ def verdict_attributes_of(verdict: Any) -> dict[str, Any]:
         if names is not None and _VERDICT_FIELDS <= names:  # NeMo Gym's RolloutDigest: its fields, read directly
             name, findings = verdict.verdict, verdict.findings
             if type(name) is str and name.isascii() and type(findings) is list:
-                return {semconv.HEALTH_CHECKS: verdict_checks(verdict) if findings else [], semconv.HEALTH_VERDICT: name}
+                return {semconv.HEALTH_CHECKS: checks_of(findings), semconv.HEALTH_VERDICT: name}
     except Exception:
         pass  # the general path below decides
     attributes: dict[str, Any] = {semconv.HEALTH_CHECKS: verdict_checks(verdict)}
@@ -673,9 +632,8 @@ def verdict_identity(verdict: Any) -> tuple[str | None, int | None, int | None]:
             task_index, rollout_index, rollout_id = verdict.task_index, verdict.rollout_index, verdict.rollout_id
         except Exception:
             task_index = rollout_index = rollout_id = MISSING
-        if type(task_index) is int and type(rollout_index) is int and type(rollout_id) is str:
-            if 0 <= task_index <= _INT64_MAX and 0 <= rollout_index <= _INT64_MAX:
-                return (rollout_id if rollout_id.isascii() else utf8_safe(rollout_id)) or None, task_index, rollout_index
+        if type(rollout_id) is str and index_value(task_index) is not None and index_value(rollout_index) is not None:
+            return rollout_id_string(rollout_id), task_index, rollout_index
     task_index = field(verdict, "task_index")
     rollout_index = field(verdict, "rollout_index")
     if task_index is MISSING and rollout_index is MISSING:  # a rollout_verdicts.jsonl row

@@ -158,10 +158,7 @@ class DispatchLinks:
             if attempt:
                 packed |= (attempt if attempt < _ATTEMPT_MAX else _ATTEMPT_MAX) << 1
             if custom_id is None:  # the usual dispatch: indices only
-                if rollout_index < (1 << 16) and task_index < (1 << 40):  # type: ignore[operator]
-                    primary: int | str = (rollout_index << 40) | (task_index ^ rollout_index)  # type: ignore[operator]
-                else:
-                    primary = _index_key(task_index, rollout_index)  # type: ignore[arg-type]
+                primary: int | str = _index_key(task_index, rollout_index)  # type: ignore[arg-type]
                 if primary in entries:
                     self._discard_primary(primary)
             elif task_index is not None and rollout_index is not None:
@@ -209,10 +206,7 @@ class DispatchLinks:
             if rollout_id is None or rollout_id == bare:  # NeMo Gym's usual verdict: its indices name it
                 if self._queue:
                     self.fold()
-                if rollout_index < (1 << 16) and task_index < (1 << 40):
-                    key = (rollout_index << 40) | (task_index ^ rollout_index)
-                else:
-                    key = _index_key(task_index, rollout_index)
+                key = _index_key(task_index, rollout_index)
                 with self._lock:
                     packed = self._entries.get(key)
                     if packed is None:

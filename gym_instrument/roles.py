@@ -396,16 +396,7 @@ class Active(Call):
     __slots__ = ("_done", "_token", "ctx", "guard", "setup", "span")
 
     def __init__(self, binding: Binding, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        # Call's fields, set here rather than through Call.__init__ (one call fewer per traced call).
-        self._binding = binding
-        self.instance = instance
-        self.args = args
-        self.kwargs = kwargs
-        self.result = MISSING
-        self.exception = None
-        self.verdict = MISSING
-        self._row = MISSING
-        self._identity = None
+        Call.__init__(self, binding, instance, args, kwargs)
         self.guard = binding.function_guard if instance is None else (binding.role_name, id(instance))
         # Fixed when the call starts: an uninstrument() while it is in flight must not send its end
         # (the reward count, the dispatch remembered for its verdict) to the next configuration.
