@@ -336,6 +336,8 @@ def task_id_of(row: Any) -> str | None:
 
 
 def rollout_id_string(value: Any) -> str | None:
+    if value is None or value is MISSING:
+        return None
     text = plain_str(value)
     return utf8_safe(text) if text else None
 
@@ -363,53 +365,60 @@ class RolloutIdentity:
 
     __slots__ = ("agent_name", "attempt", "custom_id", "rollout_id", "rollout_index", "task_id", "task_index")
 
-    def __init__(self) -> None:
-        self.task_id: str | None = None
-        self.task_index: int | None = None
-        self.rollout_index: int | None = None
-        self.attempt: int | None = None
-        self.rollout_id: str | None = None
-        self.custom_id = False  # an explicit id that is not the index form
-        self.agent_name: str | None = None
+    def __init__(
+        self,
+        task_id: str | None = None,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+        attempt: int | None = None,
+        rollout_id: str | None = None,
+        custom_id: bool = False,  # an explicit id that is not the index form
+        agent_name: str | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.task_index = task_index
+        self.rollout_index = rollout_index
+        self.attempt = attempt
+        self.rollout_id = rollout_id
+        self.custom_id = custom_id
+        self.agent_name = agent_name
 
 
 def rollout_identity(row: Any) -> RolloutIdentity:
-    identity = RolloutIdentity()
     if row is None:
-        return identity
+        return RolloutIdentity()
+    task_index = rollout_index = None
+    custom_id = False
     episode = field(row, "episode_id")
     if episode is not MISSING and episode is not None and not is_a(episode, (str, int)):
         # NeMo Gym's native episode body: {"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", ...}}
-        identity.rollout_id = rollout_id_string(field(episode, "rollout_id"))
-        identity.attempt = index_value(field(episode, "attempt"))
+        rollout_id = rollout_id_string(field(episode, "rollout_id"))
+        attempt = index_value(field(episode, "attempt"))
         task = field(row, "task")
-        if task is not MISSING:
-            identity.task_id = task_id_of(task)
-        if identity.rollout_id is not None:
-            parsed = parse_index_form(identity.rollout_id)
+        task_id = None if task is MISSING else task_id_of(task)
+        if rollout_id is not None:
+            parsed = parse_index_form(rollout_id)
             if parsed is None:
-                identity.custom_id = True
+                custom_id = True
             else:
-                identity.task_index, identity.rollout_index, parsed_attempt = parsed
-                if identity.attempt is None:
-                    identity.attempt = parsed_attempt
+                task_index, rollout_index, parsed_attempt = parsed
+                if attempt is None:
+                    attempt = parsed_attempt
     else:
         # A row parsed from JSON is a plain dict: read it directly (absent and None mean the same here).
         read = row.get if type(row) is dict else partial(field, row)
-        identity.task_id = task_id_of(row)
-        identity.task_index = index_value(read("_ng_task_index"))
-        identity.rollout_index = index_value(read("_ng_rollout_index"))
-        identity.attempt = index_value(read("_ng_attempt_index"))
-        explicit = rollout_id_string(read("_ng_rollout_id"))
-        if explicit is not None:
-            identity.rollout_id = explicit
-            identity.custom_id = parse_index_form(explicit) is None
-        elif identity.task_index is not None and identity.rollout_index is not None:
-            identity.rollout_id = index_form(identity.task_index, identity.rollout_index, identity.attempt)
+        task_id = task_id_of(row)
+        task_index = index_value(read("_ng_task_index"))
+        rollout_index = index_value(read("_ng_rollout_index"))
+        attempt = index_value(read("_ng_attempt_index"))
+        rollout_id = rollout_id_string(read("_ng_rollout_id"))
+        if rollout_id is not None:
+            custom_id = parse_index_form(rollout_id) is None
+        elif task_index is not None and rollout_index is not None:
+            rollout_id = index_form(task_index, rollout_index, attempt)
     agent = field(row, "agent_ref")
-    if agent is not MISSING and agent is not None:
-        identity.agent_name = rollout_id_string(field(agent, "name"))
-    return identity
+    agent_name = None if agent is MISSING or agent is None else rollout_id_string(field(agent, "name"))
+    return RolloutIdentity(task_id, task_index, rollout_index, attempt, rollout_id, custom_id, agent_name)
 
 
 # ---------------------------------------------------------------------------------------------
