@@ -108,13 +108,16 @@ def run_pipeline(tmp_path: Path, baggage: str) -> tuple[list[dict[str, Any]], li
             assert collector.returncode == 0, collector.stderr
             results = json.loads(collector.stdout.strip().splitlines()[-1])
             rollouts = TASKS * REPEATS
+            # Each service exports on its own schedule: wait for the dispatch and verify spans and for the
+            # parent of every span received, so that no trace is judged while a service is still sending.
             spans = receiver.wait_for(
                 lambda spans: (
                     sum(s["name"] == semconv.SPAN_VERIFY for s in spans) >= rollouts
                     and sum(s["name"] == semconv.SPAN_DISPATCH for s in spans) >= rollouts
+                    and {s["parent_id"] for s in spans if s["parent_id"]} <= {s["span_id"] for s in spans}
                 ),
                 timeout=60,
-                what=f"{rollouts} dispatch and {rollouts} verify spans",
+                what=f"{rollouts} dispatch and {rollouts} verify spans, and every parent span named",
             )
             return spans, results
         finally:
