@@ -33,6 +33,7 @@ from gym_instrument.extract import (
     ArgLocator,
     Call,
     Extractor,
+    RolloutIdentity,
     identity_attributes,
     is_trusted,
     request_attributes,
@@ -134,7 +135,7 @@ class Role:
     carries_rollout_id = False  # the call's context carries its rollout id (baggage)
     isolates = False  # the call runs in an empty context
 
-    def on_end(self, active: Active) -> None:
+    def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
         raise NotImplementedError
 
 
@@ -144,27 +145,27 @@ class DispatchRole(Role):
     row_names = ("row", "json")
     carries_rollout_id = True
 
-    def on_end(self, active: Active) -> None:
+    def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
         span = active.span
         if span is None:
             return
         if not span.is_recording():
             span.end()
             return
-        exception = active.exception
-        if active._binding.end_plan:
-            active.set_end_attributes({})
+        if active.binding.end_plan:
+            active.set_end_attributes({}, result, exception)
         recorder = active.setup.recorder
         if exception is None:
             span.end()
             identity = active.identity
-            active.setup.links.remember(
-                span.get_span_context(),
-                identity.task_index,
-                identity.rollout_index,
-                identity.attempt,
-                identity.rollout_id if identity.custom_id else None,
-            )
+            if identity is not None:  # (None: the row could not be read, and nothing names the rollout)
+                active.setup.links.remember(
+                    span.get_span_context(),
+                    identity.task_index,
+                    identity.rollout_index,
+                    identity.attempt,
+                    identity.rollout_id if identity.custom_id else None,
+                )
             recorder.count(semconv.METRIC_DISPATCHES, _OUTCOME_ATTRIBUTES[semconv.OUTCOME_OK])
         else:
             cancelled = isinstance(exception, _CANCELLATION)
@@ -180,7 +181,7 @@ class VerifyRole(Role):
     span_name = semconv.SPAN_VERIFY
     row_names = ("body", "request")
 
-    def on_end(self, active: Active) -> None:
+    def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
         span = active.span
         if span is None:
             return
@@ -188,13 +189,12 @@ class VerifyRole(Role):
             span.end()
             return
         attributes = {}
-        if active._binding.defaults:
+        if active.binding.defaults:
             try:
-                attributes = result_attributes(active.result)
+                attributes = result_attributes(result)
             except Exception:  # as an extractor's failure: logged once, the span goes on without
                 FAILURES.failed("default extractor of", self)
-        attributes = active.set_end_attributes(attributes)
-        exception = active.exception
+        attributes = active.set_end_attributes(attributes, result, exception)
         recorder = active.setup.recorder
         if exception is None:
             span.end()
@@ -211,9 +211,9 @@ class HealthRole(Role):
     span_name = None
     row_names = ("rollout_paths",)
 
-    def on_end(self, active: Active) -> None:
-        if active.exception is None:
-            self.emit(active, active.result)
+    def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
+        if exception is None:
+            self.emit(active, result)
 
     @staticmethod
     def emit(active: Active, result: Any) -> None:
@@ -221,7 +221,7 @@ class HealthRole(Role):
         tracer = recorder.tracer()
         if tracer is None:
             return
-        plan, defaults = active._binding.end_plan, active._binding.defaults
+        plan, defaults, call = active.binding.end_plan, active.binding.defaults, active.call
         current = context.get_current()
         tally: dict[str, int] = {}  # verdicts by name, counted once per pass (the same sums)
         try:
@@ -237,8 +237,8 @@ class HealthRole(Role):
                     except Exception:  # as an extractor's failure: logged once, the span goes on without
                         FAILURES.failed("default extractor of", HealthRole)
                 if plan:
-                    active.verdict = verdict
-                    run_extractors(plan, active, attributes)
+                    call.verdict = verdict  # type: ignore[union-attr]
+                    run_extractors(plan, call, attributes)
                 attributes[semconv.ROLLOUT_ID] = link[1]
                 recorder.emit_child(tracer, semconv.SPAN_HEALTH, link[0], attributes, current)
                 name = attributes.get(semconv.HEALTH_VERDICT)
@@ -262,7 +262,7 @@ class IsolateRole(Role):
     span_name = None
     isolates = True
 
-    def on_end(self, active: Active) -> None:
+    def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
         pass
 
 
@@ -297,6 +297,7 @@ class Binding:
         at_start = () if role.name == semconv.ROLE_HEALTH else tuple(e for e in others if runs_at_start(e))
         self.start_plan = tuple((e, is_trusted(e)) for e in at_start)
         self.end_plan = tuple((e, is_trusted(e)) for e in others if e not in at_start)
+        self.plans = bool(self.start_plan or self.end_plan)  # a call then has a Call for its extractors
 
     def _admits(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], current: Context) -> bool:
         """Whether this call is traced in ``current``, once something records (an SDK is set).
@@ -330,9 +331,9 @@ class Binding:
         """A plain function's call, checked, started and attached; None passes it through untouched."""
         if not self.armed:
             return None
+        setup = ENGINE.setup
         try:
-            recorder = ENGINE.setup.recorder
-            tracer = recorder.cached_tracer or recorder.tracer()
+            tracer = setup.recorder.cached_tracer or setup.recorder.tracer()
             if tracer is None:
                 return None  # no SDK: nothing else is looked at
             current = context.get_current()
@@ -341,29 +342,30 @@ class Binding:
         except Exception:
             FAILURES.failed("condition of", self.role)
             return None
-        active = self.start(tracer, instance, args, kwargs, current)
+        active = self.start(tracer, setup, current, instance, args, kwargs)
         if active is not None:
             active._token = context.attach(active.ctx)  # type: ignore[arg-type]
         return active
 
     def start(
-        self, tracer: trace.Tracer, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], current: Context | None = None
+        self, tracer: trace.Tracer, setup: Setup, current: Context, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Active | None:
         """Start the span for one call (health, isolate: no span) and its context; None if that failed."""
         role = self.role
-        rollout_id = None
+        span = rollout_id = None
         try:
-            active = Active(self, instance, args, kwargs)
-            if current is None:
-                current = context.get_current()
-            if role.span_name is None:
-                span = None
-            else:
+            call = Call(self, instance, args, kwargs) if self.plans else None
+            active = Active(self, setup, call)
+            if role.span_name is not None:
                 found = self.locator.find(instance, args, kwargs)
-                row = active._row = None if found is MISSING else found
+                row = None if found is MISSING else found
+                if call is not None:
+                    call._row = row
                 try:
                     if role.carries_rollout_id:  # dispatch: the row's identity names the span and the baggage
-                        identity = active._identity = rollout_identity(row)
+                        identity = active.identity = rollout_identity(row)
+                        if call is not None:
+                            call._identity = identity
                         rollout_id = identity.rollout_id
                         attributes = identity_attributes(identity) if self.defaults else {}
                     else:
@@ -372,36 +374,41 @@ class Binding:
                     FAILURES.failed("default extractor of", role)
                     attributes = {}
                 if self.start_plan:
-                    run_extractors(self.start_plan, active, attributes)
+                    run_extractors(self.start_plan, call, attributes)
                 span = active.span = tracer.start_span(
                     role.span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes
                 )
         except Exception:
             FAILURES.failed("start of", role)
             return None
+        guard = self.function_guard if instance is None else (self.role_name, id(instance))
         try:
             if role.isolates:
-                active.ctx = Context({_GUARD_KEY: active.guard})
+                active.ctx = Context({_GUARD_KEY: guard})
             else:
-                active.ctx = _call_context(current, span, active.guard, rollout_id, active.setup.propagate_baggage)
+                active.ctx = _call_context(current, span, guard, rollout_id, setup.propagate_baggage)
         except Exception:
             FAILURES.failed("context of role", role)
-            active.ctx = _call_context(current, span, active.guard, None, True)
+            active.ctx = _call_context(current, span, guard, None, True)
         return active
 
 
-class Active(Call):
-    """One traced call in flight, as its extractors see it. :meth:`finish` is the single, idempotent place it ends."""
+class Active:
+    """One traced call in flight. :meth:`finish` is the single, idempotent place it ends.
 
-    __slots__ = ("_done", "_token", "ctx", "guard", "setup", "span")
+    ``setup`` is fixed when the call starts: an uninstrument() while it is in flight must not send
+    its end (the reward count, the dispatch remembered for its verdict) to the next configuration.
+    ``call`` is what the binding's own extractors are given (None when it has none).
+    """
 
-    def __init__(self, binding: Binding, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        Call.__init__(self, binding, instance, args, kwargs)
-        self.guard = binding.function_guard if instance is None else (binding.role_name, id(instance))
-        # Fixed when the call starts: an uninstrument() while it is in flight must not send its end
-        # (the reward count, the dispatch remembered for its verdict) to the next configuration.
-        self.setup = ENGINE.setup
+    __slots__ = ("_done", "_token", "binding", "call", "ctx", "identity", "setup", "span")
+
+    def __init__(self, binding: Binding, setup: Setup, call: Call | None) -> None:
+        self.binding = binding
+        self.setup = setup
+        self.call = call
         self.span: Span | None = None
+        self.identity: RolloutIdentity | None = None
         self.ctx: Context | None = None
         self._token: object | None = None
         self._done = False
@@ -414,11 +421,13 @@ class Active(Call):
         if token is not None:
             context.detach(token)  # type: ignore[arg-type]
 
-    def set_end_attributes(self, attributes: dict[str, Any]) -> dict[str, Any]:
+    def set_end_attributes(self, attributes: dict[str, Any], result: Any, exception: BaseException | None) -> dict[str, Any]:
         """Put the role's own end attributes and those of the end extractors on the span."""
-        plan = self._binding.end_plan
+        plan = self.binding.end_plan
         if plan:
-            run_extractors(plan, self, attributes)
+            call: Call = self.call  # type: ignore[assignment]
+            call.result, call.exception = result, exception
+            run_extractors(plan, call, attributes)
         if attributes and self.span is not None:
             self.span.set_attributes(attributes)
         return attributes
@@ -434,12 +443,10 @@ class Active(Call):
                 context.detach(token)  # type: ignore[arg-type]
             except Exception:
                 FAILURES.failed("context detach of", Active.detach)
-        self.result = result
-        self.exception = exception
         try:
-            self._binding.role.on_end(self)
+            self.binding.role.on_end(self, result, exception)
         except Exception:
-            FAILURES.failed("end of role", self._binding.role)
+            FAILURES.failed("end of role", self.binding.role)
             if self.span is not None:
                 try:
                     self.span.end()  # idempotent in the SDK: a span that already ended warns, never raises
@@ -468,7 +475,7 @@ def _sync_wrapper(binding: Binding) -> Callable[..., Any]:
 def _async_wrapper(binding: Binding) -> Callable[..., Any]:
     # The span starts when the coroutine starts running, so a coroutine never awaited leaves no span.
     async def traced(tracer: trace.Tracer, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        active = binding.start(tracer, instance, args, kwargs)
+        active = binding.start(tracer, ENGINE.setup, context.get_current(), instance, args, kwargs)
         if active is None:
             return await wrapped(*args, **kwargs)
         active._token = context.attach(active.ctx)  # type: ignore[arg-type]
@@ -494,7 +501,7 @@ def _async_wrapper(binding: Binding) -> Callable[..., Any]:
 def _generator_wrapper(binding: Binding) -> Callable[..., Any]:
     # The span starts at the first step, so a generator never iterated leaves no span.
     def traced(tracer: trace.Tracer, generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        active = binding.start(tracer, instance, args, kwargs)
+        active = binding.start(tracer, ENGINE.setup, context.get_current(), instance, args, kwargs)
         if active is None:
             return (yield from generator)
         is_health = binding.role_name == semconv.ROLE_HEALTH
@@ -535,7 +542,7 @@ def _generator_wrapper(binding: Binding) -> Callable[..., Any]:
 
 def _async_generator_wrapper(binding: Binding) -> Callable[..., Any]:
     async def traced(tracer: trace.Tracer, generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        active = binding.start(tracer, instance, args, kwargs)
+        active = binding.start(tracer, ENGINE.setup, context.get_current(), instance, args, kwargs)
         is_health = active is not None and binding.role_name == semconv.ROLE_HEALTH
         to_send: Any = None
         to_throw: BaseException | None = None
