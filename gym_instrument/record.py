@@ -175,12 +175,12 @@ def _suppression_keys() -> tuple[str, ...] | None:
         return None
 
 
-_SUPPRESSION_KEYS = _suppression_keys()
+SUPPRESSION_KEYS = _suppression_keys()
 
 
 def suppressed(current: Context) -> bool:
     """Whether instrumentation is suppressed in ``current`` (``suppress_instrumentation``)."""
-    keys = _SUPPRESSION_KEYS
+    keys = SUPPRESSION_KEYS
     if keys is None:
         return not is_instrumentation_enabled()
     for key in keys:

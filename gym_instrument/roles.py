@@ -45,7 +45,7 @@ from gym_instrument.extract import (
     verdicts_of,
 )
 from gym_instrument.linkage import DispatchLinks
-from gym_instrument.record import CONTEXT_KEYS, FAILURES, Recorder, run_extractors, suppressed
+from gym_instrument.record import CONTEXT_KEYS, FAILURES, SUPPRESSION_KEYS, Recorder, run_extractors, suppressed
 
 # (role, object) of the gym call running in a context, kept in the context the call attaches: a
 # nested call of the same role on the same object (an override calling super(), a function
@@ -135,8 +135,16 @@ class Role:
     carries_rollout_id = False  # the call's context carries its rollout id (baggage)
     isolates = False  # the call runs in an empty context
 
+    def start_attributes(self, binding: Binding, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
+        """The span's start attributes from the role's default extractors, and the rollout's identity."""
+        return {}, None
+
     def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
         raise NotImplementedError
+
+    def ended(self, setup: Setup, span: Span, identity: RolloutIdentity | None, result: Any) -> None:
+        """The end of a recording span whose call returned, when only the default extractors apply."""
+        span.end()
 
 
 class DispatchRole(Role):
@@ -144,6 +152,10 @@ class DispatchRole(Role):
     span_name = semconv.SPAN_DISPATCH
     row_names = ("row", "json")
     carries_rollout_id = True
+
+    def start_attributes(self, binding: Binding, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
+        identity = rollout_identity(row)  # it names the span and the baggage whatever the extractors
+        return (identity_attributes(identity) if binding.defaults else {}), identity
 
     def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
         span = active.span
@@ -154,20 +166,10 @@ class DispatchRole(Role):
             return
         if active.binding.end_plan:
             active.set_end_attributes({}, result, exception)
-        recorder = active.setup.recorder
         if exception is None:
-            span.end()
-            identity = active.identity
-            if identity is not None:  # (None: the row could not be read, and nothing names the rollout)
-                active.setup.links.remember(
-                    span.get_span_context(),
-                    identity.task_index,
-                    identity.rollout_index,
-                    identity.attempt,
-                    identity.rollout_id if identity.custom_id else None,
-                )
-            recorder.count(semconv.METRIC_DISPATCHES, _OUTCOME_ATTRIBUTES[semconv.OUTCOME_OK])
+            self.ended(active.setup, span, active.identity, result)
         else:
+            recorder = active.setup.recorder
             cancelled = isinstance(exception, _CANCELLATION)
             recorder.end_span(span, exception, cancelled)
             recorder.count(
@@ -175,11 +177,26 @@ class DispatchRole(Role):
                 _OUTCOME_ATTRIBUTES[semconv.OUTCOME_CANCELLED if cancelled else semconv.OUTCOME_ERROR],
             )
 
+    def ended(self, setup: Setup, span: Span, identity: RolloutIdentity | None, result: Any) -> None:
+        span.end()
+        if identity is not None:  # (None: the row could not be read, and nothing names the rollout)
+            setup.links.remember(
+                span.get_span_context(),
+                identity.task_index,
+                identity.rollout_index,
+                identity.attempt,
+                identity.rollout_id if identity.custom_id else None,
+            )
+        setup.recorder.count(semconv.METRIC_DISPATCHES, _OUTCOME_ATTRIBUTES[semconv.OUTCOME_OK])
+
 
 class VerifyRole(Role):
     name = semconv.ROLE_VERIFY
     span_name = semconv.SPAN_VERIFY
     row_names = ("body", "request")
+
+    def start_attributes(self, binding: Binding, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
+        return (request_attributes(row, current) if binding.defaults else {}), None
 
     def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
         span = active.span
@@ -188,20 +205,31 @@ class VerifyRole(Role):
         if not span.is_recording():
             span.end()
             return
-        attributes = {}
-        if active.binding.defaults:
-            try:
-                attributes = result_attributes(result)
-            except Exception:  # as an extractor's failure: logged once, the span goes on without
-                FAILURES.failed("default extractor of", self)
+        attributes = self._result_attributes(result) if active.binding.defaults else {}
         attributes = active.set_end_attributes(attributes, result, exception)
-        recorder = active.setup.recorder
+        self._close(active.setup, span, attributes, exception)
+
+    def ended(self, setup: Setup, span: Span, identity: RolloutIdentity | None, result: Any) -> None:
+        attributes = self._result_attributes(result)
+        if attributes:
+            span.set_attributes(attributes)
+        self._close(setup, span, attributes, None)
+
+    def _result_attributes(self, result: Any) -> dict[str, Any]:
+        try:
+            return result_attributes(result)
+        except Exception:  # as an extractor's failure: logged once, the span goes on without
+            FAILURES.failed("default extractor of", self)
+            return {}
+
+    @staticmethod
+    def _close(setup: Setup, span: Span, attributes: dict[str, Any], exception: BaseException | None) -> None:
         if exception is None:
             span.end()
         else:
-            recorder.end_span(span, exception, isinstance(exception, _CANCELLATION))
+            setup.recorder.end_span(span, exception, isinstance(exception, _CANCELLATION))
         if semconv.ROLLOUT_REWARD in attributes:
-            recorder.count(semconv.METRIC_REWARDED)
+            setup.recorder.count(semconv.METRIC_REWARDED)
 
 
 class HealthRole(Role):
@@ -298,51 +326,53 @@ class Binding:
         self.start_plan = tuple((e, is_trusted(e)) for e in at_start)
         self.end_plan = tuple((e, is_trusted(e)) for e in others if e not in at_start)
         self.plans = bool(self.start_plan or self.end_plan)  # a call then has a Call for its extractors
+        # Only the role's defaults, for a role that spans one call: wrapper_for gives it the short path.
+        self.fast = self.defaults and not self.plans and role.name in (semconv.ROLE_DISPATCH, semconv.ROLE_VERIFY)
 
-    def _admits(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], current: Context) -> bool:
-        """Whether this call is traced in ``current``, once something records (an SDK is set).
+    def admit(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[trace.Tracer, Context] | None:
+        """The tracer and the current context when this call is traced; None passes it through untouched.
 
-        Traced when instrumentation is not suppressed, the target's conditions hold, and it is
-        not a nested call of the same role on the same object.
+        Traced when something records (an SDK is set; with none, nothing else is looked at),
+        instrumentation is not suppressed, the target's conditions hold, and it is not a nested
+        call of the same role on the same object.
         """
-        if suppressed(current):
-            return False
-        for locator, expected in self.conditions:
-            value = locator.find(instance, args, kwargs)
-            if value is MISSING or type(value) is not type(expected) or value != expected:
-                return False
-        return current.get(_GUARD_KEY) != (self.function_guard if instance is None else (self.role_name, id(instance)))
-
-    def check(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> trace.Tracer | None:
-        """The tracer when a call is traced, decided when it is made (a coroutine or generator starts later)."""
         if not self.armed:
             return None
         try:
             recorder = ENGINE.setup.recorder
             tracer = recorder.cached_tracer or recorder.tracer()
             if tracer is None:
-                return None  # no SDK: nothing else is looked at
-            return tracer if self._admits(instance, args, kwargs, context.get_current()) else None
-        except Exception:
-            FAILURES.failed("condition of", self.role)
-            return None
-
-    def enter(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Active | None:
-        """A plain function's call, checked, started and attached; None passes it through untouched."""
-        if not self.armed:
-            return None
-        setup = ENGINE.setup
-        try:
-            tracer = setup.recorder.cached_tracer or setup.recorder.tracer()
-            if tracer is None:
-                return None  # no SDK: nothing else is looked at
+                return None
             current = context.get_current()
-            if not self._admits(instance, args, kwargs, current):
+            if SUPPRESSION_KEYS is None:
+                if suppressed(current):
+                    return None
+            else:
+                for key in SUPPRESSION_KEYS:
+                    if current.get(key):
+                        return None
+            for locator, expected in self.conditions:
+                value = locator.find(instance, args, kwargs)
+                if value is MISSING or type(value) is not type(expected) or value != expected:
+                    return None
+            if current.get(_GUARD_KEY) == (self.function_guard if instance is None else (self.role_name, id(instance))):
                 return None
         except Exception:
             FAILURES.failed("condition of", self.role)
             return None
-        active = self.start(tracer, setup, current, instance, args, kwargs)
+        return tracer, current
+
+    def check(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> trace.Tracer | None:
+        """The tracer when a call is traced, decided when it is made (a coroutine or generator starts later)."""
+        admitted = self.admit(instance, args, kwargs)
+        return None if admitted is None else admitted[0]
+
+    def enter(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Active | None:
+        """A plain function's call, checked, started and attached; None passes it through untouched."""
+        admitted = self.admit(instance, args, kwargs)
+        if admitted is None:
+            return None
+        active = self.start(admitted[0], ENGINE.setup, admitted[1], instance, args, kwargs)
         if active is not None:
             active._token = context.attach(active.ctx)  # type: ignore[arg-type]
         return active
@@ -362,17 +392,15 @@ class Binding:
                 if call is not None:
                     call._row = row
                 try:
-                    if role.carries_rollout_id:  # dispatch: the row's identity names the span and the baggage
-                        identity = active.identity = rollout_identity(row)
-                        if call is not None:
-                            call._identity = identity
-                        rollout_id = identity.rollout_id
-                        attributes = identity_attributes(identity) if self.defaults else {}
-                    else:
-                        attributes = request_attributes(row, current) if self.defaults else {}
+                    attributes, identity = role.start_attributes(self, row, current)
                 except Exception:  # as an extractor's failure: logged once, the span goes on without
                     FAILURES.failed("default extractor of", role)
-                    attributes = {}
+                    attributes, identity = {}, None
+                if identity is not None:
+                    active.identity = identity
+                    rollout_id = identity.rollout_id
+                    if call is not None:
+                        call._identity = identity
                 if self.start_plan:
                     run_extractors(self.start_plan, call, attributes)
                 span = active.span = tracer.start_span(
@@ -455,6 +483,8 @@ class Active:
 
 
 def _sync_wrapper(binding: Binding) -> Callable[..., Any]:
+    if binding.fast:
+        return _short_sync_wrapper(binding)
     enter = binding.enter
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -473,6 +503,9 @@ def _sync_wrapper(binding: Binding) -> Callable[..., Any]:
 
 
 def _async_wrapper(binding: Binding) -> Callable[..., Any]:
+    if binding.fast:
+        return _short_async_wrapper(binding)
+
     # The span starts when the coroutine starts running, so a coroutine never awaited leaves no span.
     async def traced(tracer: trace.Tracer, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         active = binding.start(tracer, ENGINE.setup, context.get_current(), instance, args, kwargs)
@@ -496,6 +529,125 @@ def _async_wrapper(binding: Binding) -> Callable[..., Any]:
         return traced(tracer, wrapped, instance, args, kwargs)
 
     return wrapper
+
+
+# The short path: a dispatch or verify with only the role's default extractors (the usual target),
+# in one frame from admission to end. What it does is Binding.start and Active.finish without a
+# Call, an Active or their calls: the role computes the attributes (start_attributes) and ends a
+# returned call (ended); any other end (raised, cancelled, not recording) is the role's on_end.
+# tests/test_roles.py runs the same calls through both paths and compares what they export.
+
+
+def _short_sync_wrapper(binding: Binding) -> Callable[..., Any]:
+    role, admit, find = binding.role, binding.admit, binding.locator.find
+    span_name = role.span_name
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        admitted = admit(instance, args, kwargs)
+        if admitted is None:
+            return wrapped(*args, **kwargs)
+        tracer, current = admitted
+        setup = ENGINE.setup
+        try:
+            row = find(instance, args, kwargs)
+            try:
+                attributes, identity = role.start_attributes(binding, None if row is MISSING else row, current)
+            except Exception:  # as an extractor's failure: logged once, the span goes on without
+                FAILURES.failed("default extractor of", role)
+                attributes, identity = {}, None
+            span = tracer.start_span(span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes)  # type: ignore[arg-type]
+        except Exception:
+            FAILURES.failed("start of", role)
+            return wrapped(*args, **kwargs)
+        token = _attach_call_context(binding, setup, current, span, identity, instance)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exception:
+            _end_short(binding, setup, span, identity, token, MISSING, exception)
+            raise
+        _end_short(binding, setup, span, identity, token, result, None)
+        return result
+
+    return wrapper
+
+
+def _short_async_wrapper(binding: Binding) -> Callable[..., Any]:
+    role, admit, find = binding.role, binding.admit, binding.locator.find
+    span_name = role.span_name
+
+    # The span starts when the coroutine starts running, so a coroutine never awaited leaves no span.
+    async def traced(tracer: trace.Tracer, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        current = context.get_current()
+        setup = ENGINE.setup
+        try:
+            row = find(instance, args, kwargs)
+            try:
+                attributes, identity = role.start_attributes(binding, None if row is MISSING else row, current)
+            except Exception:  # as an extractor's failure: logged once, the span goes on without
+                FAILURES.failed("default extractor of", role)
+                attributes, identity = {}, None
+            span = tracer.start_span(span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes)  # type: ignore[arg-type]
+        except Exception:
+            FAILURES.failed("start of", role)
+            return await wrapped(*args, **kwargs)
+        token = _attach_call_context(binding, setup, current, span, identity, instance)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exception:
+            _end_short(binding, setup, span, identity, token, MISSING, exception)
+            raise
+        _end_short(binding, setup, span, identity, token, result, None)
+        return result
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        admitted = admit(instance, args, kwargs)
+        if admitted is None:
+            return wrapped(*args, **kwargs)  # not traced: the original coroutine object itself
+        return traced(admitted[0], wrapped, instance, args, kwargs)
+
+    return wrapper
+
+
+def _attach_call_context(
+    binding: Binding, setup: Setup, current: Context, span: Span, identity: RolloutIdentity | None, instance: Any
+) -> object:
+    guard = binding.function_guard if instance is None else (binding.role_name, id(instance))
+    try:
+        ctx = _call_context(current, span, guard, None if identity is None else identity.rollout_id, setup.propagate_baggage)
+    except Exception:
+        FAILURES.failed("context of role", binding.role)
+        ctx = _call_context(current, span, guard, None, True)
+    return context.attach(ctx)
+
+
+def _end_short(
+    binding: Binding,
+    setup: Setup,
+    span: Span,
+    identity: RolloutIdentity | None,
+    token: object,
+    result: Any,
+    exception: BaseException | None,
+) -> None:
+    """:meth:`Active.finish` of the short path."""
+    try:
+        context.detach(token)  # type: ignore[arg-type]
+    except Exception:
+        FAILURES.failed("context detach of", Active.detach)
+    role = binding.role
+    try:
+        if exception is None and span.is_recording():
+            role.ended(setup, span, identity, result)
+        else:
+            active = Active(binding, setup, None)
+            active.span, active.identity = span, identity
+            role.on_end(active, result, exception)
+    except Exception:
+        FAILURES.failed("end of role", role)
+        try:
+            span.end()  # idempotent in the SDK: a span that already ended warns, never raises
+        except Exception:
+            pass
 
 
 def _generator_wrapper(binding: Binding) -> Callable[..., Any]:

@@ -461,3 +461,190 @@ def test_isolate_runs_the_call_in_an_empty_context(make_module: Any, instrument:
     assert len(inner) == 1  # the inner verify is traced, as a root, with no leaked rollout id
     assert semconv.ROLLOUT_ID not in inner[0].attributes
     assert inner[0].attributes[semconv.ROLLOUT_REWARD] == 1.0
+
+
+# -- the short path and the general path -----------------------------------------------------
+
+TWINS_SOURCE = """
+import asyncio
+
+
+def send(row):
+    if row.get("fail"):
+        raise ValueError("bad row")
+    return {"reward": row.get("reward")}
+
+
+def send_twin(row):
+    if row.get("fail"):
+        raise ValueError("bad row")
+    return {"reward": row.get("reward")}
+
+
+async def post(row):
+    await asyncio.sleep(0)
+    if row.get("fail"):
+        raise ValueError("bad row")
+    if row.get("hang"):
+        await asyncio.sleep(3600)
+    return {"reward": row.get("reward")}
+
+
+async def post_twin(row):
+    await asyncio.sleep(0)
+    if row.get("fail"):
+        raise ValueError("bad row")
+    if row.get("hang"):
+        await asyncio.sleep(3600)
+    return {"reward": row.get("reward")}
+
+
+def verify(body):
+    if body.get("fail"):
+        raise ValueError("bad body")
+    return body["result"]
+
+
+def verify_twin(body):
+    if body.get("fail"):
+        raise ValueError("bad body")
+    return body["result"]
+
+
+def health(rollouts):
+    return {"rollouts": rollouts}
+"""
+
+
+def _nothing(call: Any) -> dict[str, Any]:
+    return {}
+
+
+def _exported(span: Any) -> tuple[Any, ...]:
+    """What a span exports, with an exception event's traceback reduced to its last line (the frames differ)."""
+    events = []
+    for event in span.events:
+        attributes = dict(event.attributes or {})
+        if "exception.stacktrace" in attributes:
+            attributes["exception.stacktrace"] = str(attributes["exception.stacktrace"]).strip().splitlines()[-1]
+        events.append((event.name, tuple(sorted(attributes.items()))))
+    return span.name, dict(span.attributes or {}), span.status.status_code, span.status.description, tuple(events)
+
+
+async def _run_each(function: Any, arguments: list[Any]) -> list[Any]:
+    outcomes = []
+    for argument in arguments:
+        try:
+            if asyncio.iscoroutinefunction(getattr(function, "__wrapped__", function)):
+                task = asyncio.ensure_future(function(argument))
+                if argument.get("hang"):
+                    await asyncio.sleep(0.01)
+                    task.cancel()
+                outcomes.append(await task)
+            else:
+                outcomes.append(function(argument))
+        except BaseException as exception:
+            outcomes.append(type(exception).__name__)
+    return outcomes
+
+
+async def test_the_short_path_exports_what_the_general_path_exports(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    """A target with only the role's defaults takes the short path; one with an extractor more (that adds
+    nothing) the general one. Same calls: same results and exceptions, same spans, events and statuses,
+    and the health pass finds the same dispatches."""
+    name = make_module(TWINS_SOURCE)
+    twin = {"extractors": (_nothing,)}
+    instrument(
+        targets=[
+            gym_instrument.Target(f"{name}:send", "dispatch"),
+            gym_instrument.Target(f"{name}:send_twin", "dispatch", **twin),
+            gym_instrument.Target(f"{name}:post", "dispatch"),
+            gym_instrument.Target(f"{name}:post_twin", "dispatch", **twin),
+            gym_instrument.Target(f"{name}:verify", "verify"),
+            gym_instrument.Target(f"{name}:verify_twin", "verify", **twin),
+            f"{name}:health=health",
+        ]
+    )
+    module = importlib.import_module(name)
+    rows = [
+        {"_ng_task_index": 1, "_ng_rollout_index": 0, "task_id": "t1", "agent_ref": {"name": "agent"}},
+        {"_ng_task_index": 1, "_ng_rollout_index": 1, "_ng_attempt_index": 2, "fail": True},
+        {"_ng_task_index": 2, "_ng_rollout_index": 0, "_ng_rollout_id": "custom-7", "reward": 1.0},
+        {"_ng_task_index": 3, "_ng_rollout_index": 0, "hang": True},
+        {"task_id": {"b": [1, 2], "a": None}},
+        {"_ng_task_index": -1, "_ng_rollout_index": "x"},
+    ]
+    bodies = [
+        {"result": {"reward": 1.0, "mask_sample": False}},
+        {"result": {"reward": 0.5, "mask_sample": True}},
+        {"result": {"reward": float("nan")}},
+        {"result": {"reward": "junk"}},
+        {"result": {"reward": 1}, "_ng_rollout_id": "5-1"},
+        {"fail": True},
+    ]
+    verdicts = [
+        {"task_index": 1, "rollout_index": 0, "verdict": "healthy", "findings": []},
+        {
+            "task_index": 2,
+            "rollout_index": 0,
+            "rollout_id": "custom-7",
+            "verdict": "unhealthy",
+            "findings": [{"check": "b"}, {"check": "a"}],
+        },
+        {"task_index": 1, "rollout_index": 1, "verdict": "healthy", "findings": []},
+    ]
+    by_function: dict[str, Any] = {}
+    for short, general, arguments in (
+        ("send", "send_twin", rows),
+        ("post", "post_twin", rows),
+        ("verify", "verify_twin", bodies),
+    ):
+        for function_name in (short, general):
+            telemetry.clear()
+            outcomes = await _run_each(getattr(module, function_name), [dict(argument) for argument in arguments])
+            health = []
+            if function_name != "verify" and function_name != "verify_twin":
+                module.health([dict(verdict) for verdict in verdicts])
+                health = [_exported(span) for span in telemetry.spans(semconv.SPAN_HEALTH)]
+            by_function[function_name] = (
+                outcomes,
+                [_exported(span) for span in telemetry.spans() if span.name != semconv.SPAN_HEALTH],
+                health,
+            )
+        assert by_function[short] == by_function[general], short
+        assert by_function[short][1], short  # (spans were exported at all)
+    assert len(by_function["send"][2]) == len(by_function["post"][2]) == 2  # the two dispatches that returned
+
+
+async def test_the_short_path_counts_what_the_general_path_counts(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    name = make_module(TWINS_SOURCE)
+    instrument(
+        targets=[
+            gym_instrument.Target(f"{name}:post", "dispatch"),
+            gym_instrument.Target(f"{name}:post_twin", "dispatch", extractors=(_nothing,)),
+            gym_instrument.Target(f"{name}:verify", "verify"),
+            gym_instrument.Target(f"{name}:verify_twin", "verify", extractors=(_nothing,)),
+        ]
+    )
+    module = importlib.import_module(name)
+    rows = [{"_ng_task_index": 1, "_ng_rollout_index": 0}, {"fail": True}, {"hang": True}]
+    bodies = [{"result": {"reward": 1.0}}, {"result": {"reward": 1.0, "mask_sample": True}}, {"fail": True}]
+    totals = []
+    for functions in (("post", "verify"), ("post_twin", "verify_twin")):
+        telemetry.clear()
+        before_rewarded = telemetry.metric_total(semconv.METRIC_REWARDED)
+        before_dispatches = _outcomes(telemetry)
+        await _run_each(getattr(module, functions[0]), [dict(row) for row in rows])
+        await _run_each(getattr(module, functions[1]), [dict(body) for body in bodies])
+        dispatches = _outcomes(telemetry)
+        totals.append(
+            (
+                telemetry.metric_total(semconv.METRIC_REWARDED) - before_rewarded,
+                {outcome: dispatches.get(outcome, 0) - before_dispatches.get(outcome, 0) for outcome in dispatches},
+            )
+        )
+    assert totals[0] == totals[1] == (1, {"ok": 1, "error": 1, "cancelled": 1})
+
+
+def _outcomes(telemetry: Any) -> dict[str, int]:
+    return {point.attributes[semconv.OUTCOME]: point.value for point in telemetry.metric_points(semconv.METRIC_DISPATCHES)}
