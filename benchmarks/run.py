@@ -47,9 +47,13 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   *idiomatic* (`tracer.start_as_current_span`, the API's documented context manager and the shape
   of NeMo Gym's own in-tree tracing, with the baggage attached inside it). Both baselines are
   judged. `SimpleSpanProcessor` into a null exporter. Before timing, the run checks that all three
-  emit the same span (name, kind, attributes) and the same baggage. The instrumented side also
-  remembers each dispatch for its health verdict; the baselines do not. Async methods are driven
-  without an event loop (the same driver for every side).
+  emit the same span (name, kind, attributes) and the same baggage. Async methods are driven
+  without an event loop (the same driver for every side). An ended dispatch is remembered for its
+  health verdict only when a health function is instrumented too (a health target, or `@health`):
+  the issue's case instruments the dispatch alone, so nothing is remembered there; the rows *with a
+  health target* repeat it with the health function instrumented as well (as the nemo_gym preset
+  does), where every dispatch is remembered and the baselines remember nothing: shown for
+  reference, not judged.
 - **B.** The instrumented call minus the bare call (the original function object), per call:
   with no SDK at all (the API's proxy provider), and with the SDK on under
   `suppress_instrumentation`. The extra row is a call the target's condition excludes
@@ -74,7 +78,8 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
 - **parts.** The pieces of an instrumented call one at a time, each beside the 5% of an inline
   span that goal A leaves for everything the instrumentation adds: wrapt's dispatch through a
   wrapper that only passes the call on, the row's identity against the inline attribute code,
-  the verify request searched for its own rollout id, and remembering a dispatch for its verdict.
+  the verify request searched for its own rollout id, and remembering a dispatch for its verdict
+  (alone, and inside a traced run with a health target: memory on minus `remember` a no-op).
 - **F.** A fresh interpreter per round (`benchmarks/startup_probe.py`) imports the SDK, then
   `gym_instrument`, then times `GymInstrumentor().instrument(tracer_provider=...)` with the default
   preset (nemo_gym) armed and no `OTEL_*` variables, and lists the modules it imported.

@@ -79,7 +79,7 @@ class ArgLocator:
     first candidate name among the parameters, else the first positional argument after self.
     """
 
-    __slots__ = ("_index_bound", "_index_unbound", "names")
+    __slots__ = ("index_bound", "index_unbound", "names")
 
     def __init__(self, function: Callable[..., Any], names: Sequence[str], explicit: str | None = None) -> None:
         self.names: tuple[str, ...] = (explicit,) if explicit else tuple(names)
@@ -91,11 +91,11 @@ class ArgLocator:
         index: int | None = next((positional.index(name) for name in self.names if name in positional), None)
         if index is None:
             # Not named: the first positional argument (wrapt passes args without a bound self/cls).
-            self._index_unbound: int | None = None if explicit else 0
-            self._index_bound: int | None = None if explicit else 0
+            self.index_unbound: int | None = None if explicit else 0
+            self.index_bound: int | None = None if explicit else 0
         else:
-            self._index_unbound = index
-            self._index_bound = index - 1 if index >= 1 else None
+            self.index_unbound = index
+            self.index_bound = index - 1 if index >= 1 else None
 
     def find(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         """The argument's value for one call, or MISSING."""
@@ -103,7 +103,7 @@ class ArgLocator:
             for name in self.names:
                 if name in kwargs:
                     return kwargs[name]
-        index = self._index_unbound if instance is None else self._index_bound
+        index = self.index_unbound if instance is None else self.index_bound
         if index is not None and index < len(args):
             return args[index]
         return MISSING

@@ -110,6 +110,7 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             Recorder(kwargs.get("tracer_provider"), kwargs.get("meter_provider")),
             DispatchLinks(config.link_capacity),
             config.baggage,
+            remembers=any(target.role == semconv.ROLE_HEALTH for target in targets),
         )
         patcher = Patcher(extractors, replace_defaults)
         GymInstrumentor._patcher = patcher

@@ -64,14 +64,16 @@ _VERDICT_ATTRIBUTES = {verdict: {"verdict": verdict} for verdict in (*semconv.KN
 
 
 class Setup:
-    """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting."""
+    """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting,
+    and whether ended dispatches are remembered (only when a health function could ask for them)."""
 
-    __slots__ = ("links", "propagate_baggage", "recorder")
+    __slots__ = ("links", "propagate_baggage", "recorder", "remembers")
 
-    def __init__(self, recorder: Recorder, links: DispatchLinks, propagate_baggage: bool) -> None:
+    def __init__(self, recorder: Recorder, links: DispatchLinks, propagate_baggage: bool, remembers: bool = True) -> None:
         self.recorder = recorder
         self.links = links
         self.propagate_baggage = propagate_baggage
+        self.remembers = remembers
         links.on_evicted = partial(recorder.count, semconv.METRIC_LINK_EVICTIONS, None)
 
 
@@ -80,9 +82,15 @@ class Engine:
 
     def __init__(self) -> None:
         self.setup = Setup(Recorder(), DispatchLinks(1_000_000), True)
+        self.health_decorated = False  # a function decorated with @health exists: dispatches are remembered
 
-    def configure(self, recorder: Recorder, links: DispatchLinks, propagate_baggage: bool) -> None:
-        self.setup = Setup(recorder, links, propagate_baggage)
+    def configure(self, recorder: Recorder, links: DispatchLinks, propagate_baggage: bool, remembers: bool = True) -> None:
+        self.setup = Setup(recorder, links, propagate_baggage, remembers or self.health_decorated)
+
+    def expect_verdicts(self) -> None:
+        """A health function was decorated: remember dispatches from now on, whatever the configuration."""
+        self.health_decorated = True
+        self.setup.remembers = True
 
     @property
     def recorder(self) -> Recorder:
@@ -179,7 +187,9 @@ class DispatchRole(Role):
 
     def ended(self, setup: Setup, span: Span, identity: RolloutIdentity | None, result: Any) -> None:
         span.end()
-        if identity is not None:  # (None: the row could not be read, and nothing names the rollout)
+        # Remembered for a health verdict when a health function is configured (a target or @health);
+        # identity None: the row could not be read, and nothing names the rollout.
+        if identity is not None and setup.remembers:
             setup.links.remember(
                 span.get_span_context(),
                 identity.task_index,
@@ -316,7 +326,12 @@ class Binding:
         self.armed = True
         self.locator = ArgLocator(function, role.row_names, row_arg)
         self.function_guard = (role.name, id(function))  # the guard of a call without an instance
-        self.conditions = tuple((ArgLocator(function, (), name), value) for name, value in (when or {}).items())
+        # (name, its position with a bound instance, without one, the value it must have)
+        self.conditions = tuple(
+            (name, locator.index_bound, locator.index_unbound, value)
+            for name, value in (when or {}).items()
+            for locator in (ArgLocator(function, (), name),)
+        )
         # The role's default extractors run as the role's own code (the same functions, without
         # building a Call for them); the plans hold the others, in order, after them.
         defaults = DEFAULT_EXTRACTORS[role.name]
@@ -351,9 +366,16 @@ class Binding:
                 for key in SUPPRESSION_KEYS:
                     if current.get(key):
                         return None
-            for locator, expected in self.conditions:
-                value = locator.find(instance, args, kwargs)
-                if value is MISSING or type(value) is not type(expected) or value != expected:
+            for name, index_bound, index_unbound, expected in self.conditions:
+                # ArgLocator.find for one name, written out: it runs on every call of the target
+                if kwargs and name in kwargs:
+                    value = kwargs[name]
+                else:
+                    index = index_unbound if instance is None else index_bound
+                    if index is None or index >= len(args):
+                        return None
+                    value = args[index]
+                if type(value) is not type(expected) or value != expected:
                     return None
             if current.get(_GUARD_KEY) == (self.function_guard if instance is None else (self.role_name, id(instance))):
                 return None

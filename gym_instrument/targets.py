@@ -23,7 +23,7 @@ import wrapt
 
 from gym_instrument import semconv
 from gym_instrument.extract import DEFAULT_EXTRACTORS, Extractor
-from gym_instrument.roles import ROLES, Binding, wrapper_for
+from gym_instrument.roles import ENGINE, ROLES, Binding, wrapper_for
 
 _LOG = logging.getLogger("gym_instrument")
 _PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
@@ -347,6 +347,8 @@ def decorate(role: str, function: Callable[..., Any] | None, **options: Any) -> 
             extractors=tuple(options.get("extractors", ())),
             default_extractors=options.get("default_extractors", True),
         )
+        if role == semconv.ROLE_HEALTH:
+            ENGINE.expect_verdicts()
         return make_wrapper(to_wrap, target)
 
     unknown = set(options) - {"when", "row_arg", "extractors", "default_extractors"}

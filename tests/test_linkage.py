@@ -293,3 +293,46 @@ def test_links_find_every_dispatch_across_batches_keys_and_retries() -> None:
         assert int(link.span_context.trace_flags) == sampled and link.span_context.is_valid
         assert link.rollout_id == f"{task}-{rollout}-a1"
     assert len(links) == 0
+
+
+def test_dispatches_are_remembered_only_when_a_health_function_is_instrumented(
+    make_module: Any, instrument: Any, telemetry: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no health target (nor @health function), no verdict can ask: nothing is kept, so even a
+    capacity of 1 never evicts."""
+    from gym_instrument.roles import ENGINE
+
+    monkeypatch.setattr(ENGINE, "health_decorated", False)  # whatever other tests decorated
+    name = make_module()
+    instrument(targets=[f"{name}:send_row=dispatch"], link_capacity=1)
+    module = __import__(name)
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        for rollout in range(3):
+            module.send_row({"_ng_task_index": 0, "_ng_rollout_index": rollout})
+    assert len(telemetry.spans(semconv.SPAN_DISPATCH)) == 3
+    assert not [record for record in caplog.records if "capacity" in record.getMessage()]
+    assert telemetry.metric_total(semconv.METRIC_LINK_EVICTIONS) == 0
+
+
+def test_a_health_decorated_function_finds_dispatches_of_instrumented_targets(
+    make_module: Any, instrument: Any, telemetry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gym_instrument
+    from gym_instrument.roles import ENGINE
+
+    monkeypatch.setattr(ENGINE, "health_decorated", False)
+    name = make_module()
+    instrument(targets=[f"{name}:send_row=dispatch"])
+    module = __import__(name)
+
+    @gym_instrument.health
+    def check_rollouts(rollouts: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"rollouts": rollouts}
+
+    for rollout in range(2):
+        module.send_row({"_ng_task_index": 4, "_ng_rollout_index": rollout})
+    check_rollouts([{"task_index": 4, "rollout_index": r, "verdict": "healthy"} for r in range(2)])
+    (first, second) = sorted(telemetry.spans(semconv.SPAN_HEALTH), key=lambda span: span.attributes[semconv.ROLLOUT_ID])
+    dispatches = {span.attributes[semconv.ROLLOUT_ID]: span for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    for health in (first, second):
+        assert health.parent.span_id == dispatches[health.attributes[semconv.ROLLOUT_ID]].context.span_id
