@@ -605,21 +605,8 @@ def verdict_attributes(call: Call) -> dict[str, Any]:
     return verdict_attributes_of(call.verdict)
 
 
-_VERDICT_FIELDS = frozenset(("verdict", "findings"))
-
-
 def verdict_attributes_of(verdict: Any) -> dict[str, Any]:
     """:func:`verdict_attributes` of one verdict."""
-    try:
-        names = _MODEL_FIELDS.get(type(verdict), _UNKNOWN)
-        if names is _UNKNOWN:
-            names = _model_fields(type(verdict))
-        if names is not None and _VERDICT_FIELDS <= names:  # NeMo Gym's RolloutDigest: its fields, read directly
-            name, findings = verdict.verdict, verdict.findings
-            if type(name) is str and name.isascii() and type(findings) is list:
-                return {semconv.HEALTH_CHECKS: checks_of(findings), semconv.HEALTH_VERDICT: name}
-    except Exception:
-        pass  # the general path below decides
     attributes: dict[str, Any] = {semconv.HEALTH_CHECKS: verdict_checks(verdict)}
     name = plain_str(field(verdict, "verdict"))
     if name is not None:
@@ -627,22 +614,44 @@ def verdict_attributes_of(verdict: Any) -> dict[str, Any]:
     return attributes
 
 
-_DIGEST_FIELDS = frozenset(("task_index", "rollout_index", "rollout_id"))
+_DIGEST_FIELDS = frozenset(("task_index", "rollout_index", "rollout_id", "verdict", "findings"))
+
+
+def digest_facts(verdict: Any) -> tuple[str, int, int, dict[str, Any]] | None:
+    """:func:`verdict_identity` and :func:`verdict_attributes_of` at once for NeMo Gym's ``RolloutDigest``
+    (a pydantic model with those fields, holding what they usually hold), read directly; else None."""
+    try:
+        names = _MODEL_FIELDS.get(type(verdict), _UNKNOWN)
+        if names is _UNKNOWN:
+            names = _model_fields(type(verdict))
+        if names is None or not _DIGEST_FIELDS <= names:
+            return None
+        task_index, rollout_index, rollout_id = verdict.task_index, verdict.rollout_index, verdict.rollout_id
+        name, findings = verdict.verdict, verdict.findings
+    except Exception:
+        return None  # the general path decides
+    if (
+        type(rollout_id) is str
+        and rollout_id.isascii()
+        and type(task_index) is int  # index_value(), for the two indices
+        and 0 <= task_index <= _INT64_MAX
+        and type(rollout_index) is int
+        and 0 <= rollout_index <= _INT64_MAX
+        and type(name) is str
+        and name.isascii()
+        and type(findings) is list
+    ):
+        return (
+            rollout_id or None,  # type: ignore[return-value]
+            task_index,
+            rollout_index,
+            {semconv.HEALTH_CHECKS: checks_of(findings) if findings else [], semconv.HEALTH_VERDICT: name},
+        )
+    return None
 
 
 def verdict_identity(verdict: Any) -> tuple[str | None, int | None, int | None]:
     """A verdict's rollout id and (task index, rollout index); other index types match nothing."""
-    try:
-        names = _model_fields(type(verdict))
-    except Exception:
-        names = None
-    if names is not None and _DIGEST_FIELDS <= names:  # NeMo Gym's RolloutDigest: its fields, read directly
-        try:
-            task_index, rollout_index, rollout_id = verdict.task_index, verdict.rollout_index, verdict.rollout_id
-        except Exception:
-            task_index = rollout_index = rollout_id = MISSING
-        if type(rollout_id) is str and index_value(task_index) is not None and index_value(rollout_index) is not None:
-            return rollout_id_string(rollout_id), task_index, rollout_index
     task_index = field(verdict, "task_index")
     rollout_index = field(verdict, "rollout_index")
     if task_index is MISSING and rollout_index is MISSING:  # a rollout_verdicts.jsonl row

@@ -21,7 +21,7 @@ from opentelemetry.context import Context
 from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.instrumentation import utils as _instrumentation_utils
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, Status, StatusCode
 
 from gym_instrument import semconv
 from gym_instrument.version import __version__
@@ -292,22 +292,6 @@ class Recorder:
                 span.set_attribute(semconv.ERROR_TYPE, kind)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exception).__name__}: {message}"[:256]))
         span.end()
-
-    @staticmethod
-    def emit_child(
-        tracer: trace.Tracer, name: str, parent: SpanContext, attributes: dict[str, Any], current: Context | None = None
-    ) -> None:
-        """A span whose parent is an already-ended span: same trace, not made current.
-
-        ``current``: the context the parent is set in (default: the current one).
-        """
-        if CONTEXT_KEYS is None or current is None:
-            parent_context: Context = trace.set_span_in_context(NonRecordingSpan(parent), current)
-        else:
-            values = dict(current)
-            values[CONTEXT_KEYS[0]] = NonRecordingSpan(parent)
-            parent_context = Context(values)
-        tracer.start_span(name, context=parent_context, kind=SpanKind.INTERNAL, attributes=attributes).end()
 
     # -- metrics (bounded attributes only: never ids, rewards or free text) ----------------------
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import NonRecordingSpan, Span, SpanKind
 
 from gym_instrument import semconv
 from gym_instrument.extract import (
@@ -34,6 +34,7 @@ from gym_instrument.extract import (
     Call,
     Extractor,
     RolloutIdentity,
+    digest_facts,
     identity_attributes,
     is_trusted,
     request_attributes,
@@ -261,24 +262,36 @@ class HealthRole(Role):
             return
         plan, defaults, call = active.binding.end_plan, active.binding.defaults, active.call
         current = context.get_current()
+        # Each health span's parent is an ended dispatch span: set in (a copy of) the current context, not made current.
+        values = dict(current) if CONTEXT_KEYS is not None else None
         tally: dict[str, int] = {}  # verdicts by name, counted once per pass (the same sums)
         try:
             for verdict in verdicts_of(result):
-                rollout_id, task_index, rollout_index = verdict_identity(verdict)
+                facts = digest_facts(verdict)  # NeMo Gym's digest, read once; else the general readers
+                if facts is not None:
+                    rollout_id, task_index, rollout_index, attributes = facts
+                else:
+                    rollout_id, task_index, rollout_index = verdict_identity(verdict)
                 link = links.take(rollout_id, task_index, rollout_index)
                 if link is None:
                     continue  # never traced here (or evicted): no orphan root span
-                attributes = {}
-                if defaults:
-                    try:
-                        attributes = verdict_attributes_of(verdict)
-                    except Exception:  # as an extractor's failure: logged once, the span goes on without
-                        FAILURES.failed("default extractor of", HealthRole)
+                if facts is None or not defaults:
+                    attributes = {}
+                    if defaults:
+                        try:
+                            attributes = verdict_attributes_of(verdict)
+                        except Exception:  # as an extractor's failure: logged once, the span goes on without
+                            FAILURES.failed("default extractor of", HealthRole)
                 if plan:
                     call.verdict = verdict  # type: ignore[union-attr]
                     run_extractors(plan, call, attributes)
                 attributes[semconv.ROLLOUT_ID] = link[1]
-                recorder.emit_child(tracer, semconv.SPAN_HEALTH, link[0], attributes, current)
+                if values is not None:
+                    values[CONTEXT_KEYS[0]] = NonRecordingSpan(link[0])  # type: ignore[index]
+                    parent = Context(values)
+                else:
+                    parent = trace.set_span_in_context(NonRecordingSpan(link[0]), current)
+                tracer.start_span(semconv.SPAN_HEALTH, context=parent, kind=SpanKind.INTERNAL, attributes=attributes).end()
                 name = attributes.get(semconv.HEALTH_VERDICT)
                 name = name if name in semconv.KNOWN_VERDICTS else semconv.VERDICT_OTHER
                 tally[name] = tally.get(name, 0) + 1
