@@ -617,8 +617,8 @@ def verdict_attributes_of(verdict: Any) -> dict[str, Any]:
 _DIGEST_FIELDS = frozenset(("task_index", "rollout_index", "rollout_id", "verdict", "findings"))
 
 
-def digest_facts(verdict: Any) -> tuple[str, int, int, dict[str, Any]] | None:
-    """:func:`verdict_identity` and :func:`verdict_attributes_of` at once for NeMo Gym's ``RolloutDigest``
+def digest_facts(verdict: Any) -> tuple[tuple[str | None, int, int], dict[str, Any]] | None:
+    """(:func:`verdict_identity`, :func:`verdict_attributes_of`) at once for NeMo Gym's ``RolloutDigest``
     (a pydantic model with those fields, holding what they usually hold), read directly; else None."""
     try:
         names = _MODEL_FIELDS.get(type(verdict), _UNKNOWN)
@@ -642,9 +642,7 @@ def digest_facts(verdict: Any) -> tuple[str, int, int, dict[str, Any]] | None:
         and type(findings) is list
     ):
         return (
-            rollout_id or None,  # type: ignore[return-value]
-            task_index,
-            rollout_index,
+            (rollout_id or None, task_index, rollout_index),
             {semconv.HEALTH_CHECKS: checks_of(findings) if findings else [], semconv.HEALTH_VERDICT: name},
         )
     return None

@@ -18,8 +18,8 @@ import logging
 import os
 import threading
 import weakref
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, TraceFlags
@@ -101,7 +101,7 @@ class DispatchLinks:
         self._index_of_custom: dict[str, int] = {}
         self._warned = False
         self._order: deque[int | str] = deque()
-        self._stale: dict[int | str, int] = {}
+        self._stale: Counter[int | str] = Counter()  # stale positions per key in _order
         self._size = 0
         self._queue: deque[tuple[SpanContext, int | None, int | None, int | None, str | None]] = deque()
         self._lock = threading.Lock()
@@ -213,9 +213,38 @@ class DispatchLinks:
                         return None
                     custom_id = self._custom_of_index.get(key) if self._custom_of_index else None
                     self._discard_primary(key)
-                attempt = (packed >> 1) & _ATTEMPT_MAX
-                return tuple.__new__(DispatchLink, (_unpack(packed), custom_id or (f"{bare}-a{attempt}" if attempt else bare)))
+                return _link(packed, bare, custom_id)
         return self._take_named(rollout_id, task_index, rollout_index)
+
+    def take_many(self, verdicts: Sequence[tuple[str | None, int | None, int | None]]) -> list[DispatchLink | None]:
+        """:meth:`take` for each ``(rollout_id, task_index, rollout_index)``, in order.
+
+        A health pass names its rollouts by their bare indices (NeMo Gym's digests): such a batch is
+        looked up under one lock; any other batch goes verdict by verdict.
+        """
+        if self._queue:
+            self.fold()
+        keys, bares = [], []
+        for rollout_id, task_index, rollout_index in verdicts:
+            if task_index is None or rollout_index is None:
+                break
+            bare = f"{task_index}-{rollout_index}"
+            if rollout_id is not None and rollout_id != bare:
+                break
+            keys.append(_index_key(task_index, rollout_index))
+            bares.append(bare)
+        else:
+            with self._lock:
+                if not self._custom_of_index:  # (with custom ids, a dispatch may be named two ways)
+                    pop = self._entries.pop
+                    found = [pop(key, None) for key in keys]
+                    consumed = [key for key, packed in zip(keys, found, strict=True) if packed is not None]
+                    self._stale.update(consumed)  # their positions in _order are stale now
+                    self._size -= len(consumed)
+                    keys = []
+            if not keys:
+                return [None if packed is None else _link(packed, bare) for packed, bare in zip(found, bares, strict=True)]
+        return [self.take(*verdict) for verdict in verdicts]
 
     def _take_named(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
         """:meth:`take` for a verdict whose rollout id is more than its bare indices (or has no indices)."""
@@ -241,7 +270,7 @@ class DispatchLinks:
                 if packed is None:
                     return None
                 self._discard_custom(rollout_id)  # type: ignore[arg-type]
-                return DispatchLink(_unpack(packed), rollout_id)  # type: ignore[arg-type]
+                return _link(packed, rollout_id, rollout_id)  # type: ignore[arg-type]
             if task_index is None or rollout_index is None:
                 return None
             key = _index_key(task_index, rollout_index)
@@ -253,7 +282,7 @@ class DispatchLinks:
                 return None  # an attempt-qualified id names an attempt a retry has replaced
             custom_id = self._custom_of_index.get(key) if self._custom_of_index else None
             self._discard_primary(key)
-        return DispatchLink(_unpack(packed), custom_id or (f"{bare}-a{attempt}" if attempt else bare))  # type: ignore[arg-type]
+        return _link(packed, bare, custom_id)  # type: ignore[arg-type]
 
     # -- under the lock ----------------------------------------------------------------------
 
@@ -317,14 +346,18 @@ if hasattr(os, "register_at_fork"):
 _TRACE_FLAGS = (TraceFlags(0), TraceFlags(1))
 
 
-def _unpack(packed: int) -> SpanContext:
+def _link(packed: int, bare: str, custom_id: str | None = None) -> DispatchLink:
+    """A remembered dispatch as found: its span context, and its custom id or its index form with the attempt.
+
+    ``bare``: the index form without the attempt (a custom id alone: the custom id).
+    """
+    if not custom_id:
+        attempt = (packed >> 1) & _ATTEMPT_MAX
+        custom_id = f"{bare}-a{attempt}" if attempt else bare
     trace_id, span_id = packed >> _TRACE_SHIFT, (packed >> _SPAN_SHIFT) & _SPAN_MASK
     if _SPAN_CONTEXT_IS_TUPLE and trace_id and span_id:
         # Built as the API builds it (a valid, local context), without re-checking ids it made itself.
-        return tuple.__new__(SpanContext, (trace_id, span_id, False, _TRACE_FLAGS[packed & 1], DEFAULT_TRACE_STATE, True))  # type: ignore[no-any-return]
-    return SpanContext(
-        trace_id=packed >> _TRACE_SHIFT,
-        span_id=(packed >> _SPAN_SHIFT) & _SPAN_MASK,
-        is_remote=False,
-        trace_flags=TraceFlags(packed & 1),
-    )
+        span_context = tuple.__new__(SpanContext, (trace_id, span_id, False, _TRACE_FLAGS[packed & 1], DEFAULT_TRACE_STATE, True))
+    else:
+        span_context = SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_flags=TraceFlags(packed & 1))
+    return tuple.__new__(DispatchLink, (span_context, custom_id))  # type: ignore[no-any-return]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -264,18 +265,19 @@ class HealthRole(Role):
         current = context.get_current()
         # Each health span's parent is an ended dispatch span: set in (a copy of) the current context, not made current.
         values = dict(current) if CONTEXT_KEYS is not None else None
-        tally: dict[str, int] = {}  # verdicts by name, counted once per pass (the same sums)
+        spanned: list[Any] = []  # the verdict name of each span, counted once per pass (the same sums)
         try:
-            for verdict in verdicts_of(result):
-                facts = digest_facts(verdict)  # NeMo Gym's digest, read once; else the general readers
-                if facts is not None:
-                    rollout_id, task_index, rollout_index, attributes = facts
-                else:
-                    rollout_id, task_index, rollout_index = verdict_identity(verdict)
-                link = links.take(rollout_id, task_index, rollout_index)
+            verdicts = [*verdicts_of(result)]
+            facts = [digest_facts(verdict) for verdict in verdicts]  # NeMo Gym's digests, each read once
+            names = [
+                fact[0] if fact is not None else verdict_identity(verdict) for verdict, fact in zip(verdicts, facts, strict=True)
+            ]
+            for verdict, fact, link in zip(verdicts, facts, links.take_many(names), strict=True):
                 if link is None:
                     continue  # never traced here (or evicted): no orphan root span
-                if facts is None or not defaults:
+                if fact is not None and defaults:
+                    attributes = fact[1]
+                else:
                     attributes = {}
                     if defaults:
                         try:
@@ -292,10 +294,11 @@ class HealthRole(Role):
                 else:
                     parent = trace.set_span_in_context(NonRecordingSpan(link[0]), current)
                 tracer.start_span(semconv.SPAN_HEALTH, context=parent, kind=SpanKind.INTERNAL, attributes=attributes).end()
-                name = attributes.get(semconv.HEALTH_VERDICT)
-                name = name if name in semconv.KNOWN_VERDICTS else semconv.VERDICT_OTHER
-                tally[name] = tally.get(name, 0) + 1
+                spanned.append(attributes.get(semconv.HEALTH_VERDICT))
         finally:
+            tally: Counter[str] = Counter()
+            for name, count in Counter(spanned).items():
+                tally[name if name in semconv.KNOWN_VERDICTS else semconv.VERDICT_OTHER] += count
             for name, count in tally.items():
                 recorder.count(semconv.METRIC_VERDICTS, _VERDICT_ATTRIBUTES[name], count)
 

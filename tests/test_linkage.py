@@ -336,3 +336,62 @@ def test_a_health_decorated_function_finds_dispatches_of_instrumented_targets(
     dispatches = {span.attributes[semconv.ROLLOUT_ID]: span for span in telemetry.spans(semconv.SPAN_DISPATCH)}
     for health in (first, second):
         assert health.parent.span_id == dispatches[health.attributes[semconv.ROLLOUT_ID]].context.span_id
+
+
+def test_pydantic_digests_make_the_spans_plain_verdicts_make(pipeline: Any, telemetry: Any) -> None:
+    """NeMo Gym's digests are pydantic models, read directly: the same health spans and verdict counts as
+    the same verdicts given as dicts (read field by field), in one pass each, retries and odd values included."""
+    import pydantic
+
+    class PydanticFinding(pydantic.BaseModel):
+        check: str
+
+    class PydanticDigest(pydantic.BaseModel):
+        task_index: int | str
+        rollout_index: int | str
+        rollout_id: str
+        verdict: str
+        findings: list[PydanticFinding]
+
+    def verdicts(first_task: int) -> list[dict[str, Any]]:
+        return [
+            {"task_index": first_task, "rollout_index": 0, "rollout_id": f"{first_task}-0", "verdict": "healthy", "findings": []},
+            {
+                "task_index": first_task,
+                "rollout_index": 1,
+                "rollout_id": f"{first_task}-1",
+                "verdict": "unhealthy",
+                "findings": [{"check": "b"}, {"check": "a"}, {"check": "b"}],
+            },
+            {"task_index": first_task + 1, "rollout_index": 0, "rollout_id": f"{first_task + 1}-0", "verdict": "odd", "findings": []},
+            {"task_index": first_task + 1, "rollout_index": 1, "rollout_id": "elsewhere-9", "verdict": "healthy", "findings": []},
+            {"task_index": "x", "rollout_index": 0, "rollout_id": f"{first_task + 2}-0", "verdict": "healthy", "findings": []},
+            {"task_index": first_task + 2, "rollout_index": 1, "rollout_id": f"{first_task + 2}-1", "verdict": "healthy", "findings": []},
+        ]
+
+    def relative_id(rollout_id: str, first_task: int) -> str:
+        task, _, rest = rollout_id.partition("-")
+        return f"{int(task) - first_task}-{rest}"
+
+    def spans_and_counts(first_task: int, as_models: bool) -> tuple[Any, ...]:
+        rows = [{"_ng_task_index": first_task + t, "_ng_rollout_index": r} for t in range(3) for r in range(2)]
+        rows.append({"_ng_task_index": first_task + 2, "_ng_rollout_index": 1, "_ng_attempt_index": 1})  # a retry
+        dispatch_rows(pipeline, rows)
+        given = [PydanticDigest(**verdict) if as_models else verdict for verdict in verdicts(first_task)]
+        before = {point.attributes["verdict"]: point.value for point in telemetry.metric_points(semconv.METRIC_VERDICTS)}
+        pipeline.run_health_checks(given)
+        after = {point.attributes["verdict"]: point.value for point in telemetry.metric_points(semconv.METRIC_VERDICTS)}
+        spans = sorted(
+            (
+                relative_id(span.attributes[semconv.ROLLOUT_ID], first_task),
+                span.attributes[semconv.HEALTH_VERDICT],
+                span.attributes[semconv.HEALTH_CHECKS],
+            )
+            for span in telemetry.spans(semconv.SPAN_HEALTH)
+        )
+        telemetry.clear()
+        return spans, {name: after[name] - before.get(name, 0) for name in after}
+
+    as_models, as_dicts = spans_and_counts(100, True), spans_and_counts(200, False)
+    assert as_models == as_dicts
+    assert len(as_models[0]) == 4  # "elsewhere-9" and the "x" index name no traced dispatch
