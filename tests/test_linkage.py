@@ -354,19 +354,23 @@ def test_pydantic_digests_make_the_spans_plain_verdicts_make(pipeline: Any, tele
         findings: list[PydanticFinding]
 
     def verdicts(first_task: int) -> list[dict[str, Any]]:
+        named = [  # (task index, rollout index, rollout id, verdict, checks)
+            (first_task, 0, f"{first_task}-0", "healthy", []),
+            (first_task, 1, f"{first_task}-1", "unhealthy", ["b", "a", "b"]),
+            (first_task + 1, 0, f"{first_task + 1}-0", "odd", []),
+            (first_task + 1, 1, "elsewhere-9", "healthy", []),
+            ("x", 0, f"{first_task + 2}-0", "healthy", []),
+            (first_task + 2, 1, f"{first_task + 2}-1", "healthy", []),
+        ]
         return [
-            {"task_index": first_task, "rollout_index": 0, "rollout_id": f"{first_task}-0", "verdict": "healthy", "findings": []},
             {
-                "task_index": first_task,
-                "rollout_index": 1,
-                "rollout_id": f"{first_task}-1",
-                "verdict": "unhealthy",
-                "findings": [{"check": "b"}, {"check": "a"}, {"check": "b"}],
-            },
-            {"task_index": first_task + 1, "rollout_index": 0, "rollout_id": f"{first_task + 1}-0", "verdict": "odd", "findings": []},
-            {"task_index": first_task + 1, "rollout_index": 1, "rollout_id": "elsewhere-9", "verdict": "healthy", "findings": []},
-            {"task_index": "x", "rollout_index": 0, "rollout_id": f"{first_task + 2}-0", "verdict": "healthy", "findings": []},
-            {"task_index": first_task + 2, "rollout_index": 1, "rollout_id": f"{first_task + 2}-1", "verdict": "healthy", "findings": []},
+                "task_index": task,
+                "rollout_index": rollout,
+                "rollout_id": rollout_id,
+                "verdict": verdict,
+                "findings": [{"check": check} for check in checks],
+            }
+            for task, rollout, rollout_id, verdict, checks in named
         ]
 
     def relative_id(rollout_id: str, first_task: int) -> str:
