@@ -617,35 +617,51 @@ def verdict_attributes_of(verdict: Any) -> dict[str, Any]:
 _DIGEST_FIELDS = frozenset(("task_index", "rollout_index", "rollout_id", "verdict", "findings"))
 
 
-def digest_facts(verdict: Any) -> tuple[tuple[str | None, int, int], dict[str, Any]] | None:
-    """(:func:`verdict_identity`, :func:`verdict_attributes_of`) at once for NeMo Gym's ``RolloutDigest``
-    (a pydantic model with those fields, holding what they usually hold), read directly; else None."""
-    try:
-        names = _MODEL_FIELDS.get(type(verdict), _UNKNOWN)
-        if names is _UNKNOWN:
-            names = _model_fields(type(verdict))
-        if names is None or not _DIGEST_FIELDS <= names:
-            return None
-        task_index, rollout_index, rollout_id = verdict.task_index, verdict.rollout_index, verdict.rollout_id
-        name, findings = verdict.verdict, verdict.findings
-    except Exception:
-        return None  # the general path decides
-    if (
-        type(rollout_id) is str
-        and rollout_id.isascii()
-        and type(task_index) is int  # index_value(), for the two indices
-        and 0 <= task_index <= _INT64_MAX
-        and type(rollout_index) is int
-        and 0 <= rollout_index <= _INT64_MAX
-        and type(name) is str
-        and name.isascii()
-        and type(findings) is list
-    ):
-        return (
-            (rollout_id or None, task_index, rollout_index),
-            {semconv.HEALTH_CHECKS: checks_of(findings) if findings else [], semconv.HEALTH_VERDICT: name},
-        )
-    return None
+def digests_facts(verdicts: Sequence[Any]) -> list[tuple[tuple[str | None, int, int], dict[str, Any]] | None]:
+    """For each verdict, (:func:`verdict_identity`, :func:`verdict_attributes_of`) at once when it is NeMo
+    Gym's ``RolloutDigest`` (a pydantic model with those fields, holding what they usually hold), read
+    directly; else None (the general readers decide). One pass over a health result's verdicts."""
+    facts: list[tuple[tuple[str | None, int, int], dict[str, Any]] | None] = []
+    append = facts.append
+    kind: Any = None
+    is_digest = False
+    for verdict in verdicts:
+        try:
+            if type(verdict) is not kind:  # a result's digests share their class: looked up once
+                kind = type(verdict)
+                names = _MODEL_FIELDS.get(kind, _UNKNOWN)
+                if names is _UNKNOWN:
+                    names = _model_fields(kind)
+                is_digest = names is not None and _DIGEST_FIELDS <= names
+            if not is_digest:
+                append(None)
+                continue
+            task_index, rollout_index, rollout_id = verdict.task_index, verdict.rollout_index, verdict.rollout_id
+            name, findings = verdict.verdict, verdict.findings
+        except Exception:
+            kind = None
+            append(None)
+            continue
+        if (
+            type(rollout_id) is str
+            and rollout_id.isascii()
+            and type(task_index) is int  # index_value(), for the two indices
+            and 0 <= task_index <= _INT64_MAX
+            and type(rollout_index) is int
+            and 0 <= rollout_index <= _INT64_MAX
+            and type(name) is str
+            and name.isascii()
+            and type(findings) is list
+        ):
+            append(
+                (
+                    (rollout_id or None, task_index, rollout_index),
+                    {semconv.HEALTH_CHECKS: checks_of(findings) if findings else [], semconv.HEALTH_VERDICT: name},
+                )
+            )
+        else:
+            append(None)
+    return facts
 
 
 def verdict_identity(verdict: Any) -> tuple[str | None, int | None, int | None]:

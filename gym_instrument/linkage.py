@@ -57,14 +57,17 @@ def _span_context_is_tuple() -> bool:
 _SPAN_CONTEXT_IS_TUPLE = _span_context_is_tuple()
 
 
+_SMALL_TASK, _SMALL_ROLLOUT = 1 << 40, 1 << 16
+
+
 def _index_key(task_index: int, rollout_index: int) -> int:
     # Small ints for the usual sizes (cheaper objects); a second, negative range keeps it injective.
     # A dict finds an int key's slot from its low bits: both indices reach them (task ^ rollout),
     # so consecutive tasks and the repeats of one task land in different slots. With the rollout
     # index only in the low bits (task << 16 | rollout), a run's keys shared a handful of slots
     # and every insert walked a long probe chain (remembering a dispatch cost 2-3x more).
-    if rollout_index < (1 << 16) and task_index < (1 << 40):
-        return (rollout_index << 40) | (task_index ^ rollout_index)
+    if rollout_index < _SMALL_ROLLOUT and task_index < _SMALL_TASK:
+        return (rollout_index << 40) | (task_index ^ rollout_index)  # (written out in take_many too)
     return -(((task_index << 64) | rollout_index) + 1)
 
 
@@ -231,7 +234,10 @@ class DispatchLinks:
             bare = f"{task_index}-{rollout_index}"
             if rollout_id is not None and rollout_id != bare:
                 break
-            keys.append(_index_key(task_index, rollout_index))
+            if rollout_index < _SMALL_ROLLOUT and task_index < _SMALL_TASK:
+                keys.append((rollout_index << 40) | (task_index ^ rollout_index))  # _index_key, written out: per verdict
+            else:
+                keys.append(_index_key(task_index, rollout_index))
             bares.append(bare)
         else:
             with self._lock:
@@ -243,7 +249,7 @@ class DispatchLinks:
                     self._size -= len(consumed)
                     keys = []
             if not keys:
-                return [None if packed is None else _link(packed, bare) for packed, bare in zip(found, bares, strict=True)]
+                return _links(found, bares)
         return [self.take(*verdict) for verdict in verdicts]
 
     def _take_named(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
@@ -347,17 +353,31 @@ _TRACE_FLAGS = (TraceFlags(0), TraceFlags(1))
 
 
 def _link(packed: int, bare: str, custom_id: str | None = None) -> DispatchLink:
-    """A remembered dispatch as found: its span context, and its custom id or its index form with the attempt.
+    """A remembered dispatch as found: its span context, and its custom id or its index form with the attempt."""
+    if custom_id:
+        return _links([packed], [custom_id], custom=True)[0]  # type: ignore[return-value]
+    return _links([packed], [bare])[0]  # type: ignore[return-value]
 
-    ``bare``: the index form without the attempt (a custom id alone: the custom id).
-    """
-    if not custom_id:
-        attempt = (packed >> 1) & _ATTEMPT_MAX
-        custom_id = f"{bare}-a{attempt}" if attempt else bare
-    trace_id, span_id = packed >> _TRACE_SHIFT, (packed >> _SPAN_SHIFT) & _SPAN_MASK
-    if _SPAN_CONTEXT_IS_TUPLE and trace_id and span_id:
-        # Built as the API builds it (a valid, local context), without re-checking ids it made itself.
-        span_context = tuple.__new__(SpanContext, (trace_id, span_id, False, _TRACE_FLAGS[packed & 1], DEFAULT_TRACE_STATE, True))
-    else:
-        span_context = SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_flags=TraceFlags(packed & 1))
-    return tuple.__new__(DispatchLink, (span_context, custom_id))  # type: ignore[no-any-return]
+
+def _links(found: list[int | None], names: list[str], custom: bool = False) -> list[DispatchLink | None]:
+    """The links of remembered dispatches (None where nothing was found), each named by its custom id
+    (``custom``) or by its index form ``names[i]`` with the attempt the packed int holds."""
+    links: list[DispatchLink | None] = []
+    append = links.append
+    for packed, name in zip(found, names, strict=True):
+        if packed is None:
+            append(None)
+            continue
+        if not custom:
+            attempt = (packed >> 1) & _ATTEMPT_MAX
+            if attempt:
+                name = f"{name}-a{attempt}"
+        trace_id, span_id = packed >> _TRACE_SHIFT, (packed >> _SPAN_SHIFT) & _SPAN_MASK
+        if _SPAN_CONTEXT_IS_TUPLE and trace_id and span_id:
+            # Built as the API builds it (a valid, local context), without re-checking ids it made itself.
+            flags = _TRACE_FLAGS[packed & 1]
+            span_context = tuple.__new__(SpanContext, (trace_id, span_id, False, flags, DEFAULT_TRACE_STATE, True))
+        else:
+            span_context = SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_flags=TraceFlags(packed & 1))
+        append(tuple.__new__(DispatchLink, (span_context, name)))
+    return links

@@ -35,7 +35,7 @@ from gym_instrument.extract import (
     Call,
     Extractor,
     RolloutIdentity,
-    digest_facts,
+    digests_facts,
     identity_attributes,
     is_trusted,
     request_attributes,
@@ -268,7 +268,7 @@ class HealthRole(Role):
         spanned: list[Any] = []  # the verdict name of each span, counted once per pass (the same sums)
         try:
             verdicts = [*verdicts_of(result)]
-            facts = [digest_facts(verdict) for verdict in verdicts]  # NeMo Gym's digests, each read once
+            facts = digests_facts(verdicts)  # NeMo Gym's digests, each read once
             names = [
                 fact[0] if fact is not None else verdict_identity(verdict) for verdict, fact in zip(verdicts, facts, strict=True)
             ]
