@@ -178,17 +178,6 @@ def _suppression_keys() -> tuple[str, ...] | None:
 SUPPRESSION_KEYS = _suppression_keys()
 
 
-def suppressed(current: Context) -> bool:
-    """Whether instrumentation is suppressed in ``current`` (``suppress_instrumentation``)."""
-    keys = SUPPRESSION_KEYS
-    if keys is None:
-        return not is_instrumentation_enabled()
-    for key in keys:
-        if current.get(key):
-            return True
-    return False
-
-
 def _single_key(made: Context) -> str | None:
     keys = list(made)
     return keys[0] if len(keys) == 1 and isinstance(keys[0], str) else None

@@ -24,6 +24,7 @@ from typing import Any
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind
 
 from gym_instrument import semconv
@@ -47,7 +48,7 @@ from gym_instrument.extract import (
     verdicts_of,
 )
 from gym_instrument.linkage import DispatchLinks
-from gym_instrument.record import CONTEXT_KEYS, FAILURES, SUPPRESSION_KEYS, Recorder, run_extractors, suppressed
+from gym_instrument.record import CONTEXT_KEYS, FAILURES, SUPPRESSION_KEYS, Recorder, run_extractors
 
 # (role, object) of the gym call running in a context, kept in the context the call attaches: a
 # nested call of the same role on the same object (an override calling super(), a function
@@ -375,8 +376,8 @@ class Binding:
             if tracer is None:
                 return None
             current = context.get_current()
-            if SUPPRESSION_KEYS is None:
-                if suppressed(current):
+            if SUPPRESSION_KEYS is None:  # the keys could not be found: the API's own check
+                if not is_instrumentation_enabled():
                     return None
             else:
                 for key in SUPPRESSION_KEYS:
