@@ -204,20 +204,7 @@ class DispatchLinks:
 
     def take(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
         """Find and forget the dispatch a verdict names (each dispatch is found at most once)."""
-        if task_index is not None and rollout_index is not None:
-            bare = f"{task_index}-{rollout_index}"
-            if rollout_id is None or rollout_id == bare:  # NeMo Gym's usual verdict: its indices name it
-                if self._queue:
-                    self.fold()
-                key = _index_key(task_index, rollout_index)
-                with self._lock:
-                    packed = self._entries.get(key)
-                    if packed is None:
-                        return None
-                    custom_id = self._custom_of_index.get(key) if self._custom_of_index else None
-                    self._discard_primary(key)
-                return _link(packed, bare, custom_id)
-        return self._take_named(rollout_id, task_index, rollout_index)
+        return self.take_many(((rollout_id, task_index, rollout_index),))[0]
 
     def take_many(self, verdicts: Sequence[tuple[str | None, int | None, int | None]]) -> list[DispatchLink | None]:
         """:meth:`take` for each ``(rollout_id, task_index, rollout_index)``, in order.
@@ -240,6 +227,7 @@ class DispatchLinks:
                 keys.append(_index_key(task_index, rollout_index))
             bares.append(bare)
         else:
+            found: list[int | None] | None = None
             with self._lock:
                 if not self._custom_of_index:  # (with custom ids, a dispatch may be named two ways)
                     pop = self._entries.pop
@@ -247,13 +235,12 @@ class DispatchLinks:
                     consumed = [key for key, packed in zip(keys, found, strict=True) if packed is not None]
                     self._stale.update(consumed)  # their positions in _order are stale now
                     self._size -= len(consumed)
-                    keys = []
-            if not keys:
+            if found is not None:
                 return _links(found, bares)
-        return [self.take(*verdict) for verdict in verdicts]
+        return [self._take_one(*verdict) for verdict in verdicts]
 
-    def _take_named(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
-        """:meth:`take` for a verdict whose rollout id is more than its bare indices (or has no indices)."""
+    def _take_one(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
+        """:meth:`take` of one verdict by the general rules: its indices, a bare, attempt-qualified or custom id."""
         attempt_wanted: int | None = None
         explicit = False
         bare = None if task_index is None or rollout_index is None else f"{task_index}-{rollout_index}"

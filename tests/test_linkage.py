@@ -399,3 +399,14 @@ def test_pydantic_digests_make_the_spans_plain_verdicts_make(pipeline: Any, tele
     as_models, as_dicts = spans_and_counts(100, True), spans_and_counts(200, False)
     assert as_models == as_dicts
     assert len(as_models[0]) == 4  # "elsewhere-9" and the "x" index name no traced dispatch
+
+
+def test_an_empty_health_pass_takes_nothing_with_custom_ids_remembered() -> None:
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    links = DispatchLinks(10)
+    links.remember(SpanContext(1, 2, False, TraceFlags(1)), 3, 0, None, "custom-3")
+    assert links.take_many([]) == []
+    assert len(links) == 1
+    link = links.take("custom-3", None, None)
+    assert link is not None and link.rollout_id == "custom-3" and link.span_context.span_id == 2
