@@ -29,7 +29,6 @@ from gym_instrument.version import __version__
 _LOG = logging.getLogger("gym_instrument")
 _SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_SCALARS = (str, bool, int, float)
 
 
 def utf8_safe(text: str) -> str:
