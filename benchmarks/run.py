@@ -45,8 +45,9 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   `nemo.gym.rollout.id` baggage entry: *lean* (one `start_span`, one `context.attach` of the span
   and the baggage, error recording by hand, `end()`: the fewest calls into the API) and
   *idiomatic* (`tracer.start_as_current_span`, the API's documented context manager and the shape
-  of NeMo Gym's own in-tree tracing, with the baggage attached inside it). Both baselines are
-  judged. `SimpleSpanProcessor` into a null exporter. Before timing, the run checks that all three
+  of NeMo Gym's own in-tree tracing, with the baggage attached inside it). The goal is judged
+  against the idiomatic twin (the in-tree approach); the lean one is shown as a reference.
+  `SimpleSpanProcessor` into a null exporter. Before timing, the run checks that all three
   emit the same span (name, kind, attributes) and the same baggage. Async methods are driven
   without an event loop (the same driver for every side). An ended dispatch is remembered for its
   health verdict only when a health function is instrumented too (a health target, or `@health`):
