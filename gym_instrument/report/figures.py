@@ -1,0 +1,566 @@
+"""The figures of a run, aggregated from its spans in one pass and in bounded memory.
+
+What grows with the run, and what does not:
+
+- per task: one :class:`TaskStats` (counts, running mean and variance, min and max, and a count
+  per distinct reward value rounded to 0.01, at most 101 values): grows with the number of tasks,
+  not with rollouts or repeats;
+- per distinct ``error.type``, verdict and check: one counter each;
+- fixed-size lists: the slowest rollouts, the first unhealthy and the first failed rollouts;
+- durations: a log-bucket sketch (2 % relative error on p50 / p95; the max is exact): at most a
+  few thousand buckets whatever the run;
+- the join of a verify to its dispatch: a verify and its dispatch are matched by trace id and
+  rollout id; only the ones whose partner has not been read yet are held. In a file from one
+  process that is about one export batch; when the verify spans are in another file read later
+  (another process), one small entry per rollout until then, up to ``join_capacity`` (oldest
+  dropped first, counted in ``verifies_without_dispatch``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+from gym_instrument import semconv
+from gym_instrument.extract import parse_index_form
+from gym_instrument.report.otlp import STATUS_ERROR, ReadStats, Span
+
+# Replay marks what it made (gym_instrument.replay): the report says so, and leaves placeholder
+# durations out of the time figures.
+REPLAYED = "gym.replayed"
+REPLAY_TIMING = "gym.replay.timing"
+TIMING_PLACEHOLDER = "placeholder"
+
+SLOWEST = 20
+LISTED = 500  # unhealthy and failed rollouts listed by name (all are counted)
+REWARD_VALUES = 101  # distinct rounded reward values kept per task for the pictures
+JOIN_CAPACITY = 1_000_000
+NO_TASK = "(no task id)"
+
+
+class DurationSketch:
+    """Quantiles of positive durations in bounded memory: counts in log buckets of 2 % width."""
+
+    GAMMA = 1.02
+    _LOG_GAMMA = math.log(GAMMA)
+
+    def __init__(self) -> None:
+        self.buckets: Counter[int] = Counter()
+        self.zero = 0
+        self.count = 0
+        self.total = 0
+        self.min: int | None = None
+        self.max: int | None = None
+
+    def add(self, nanos: int) -> None:
+        self.count += 1
+        self.total += nanos
+        if self.min is None or nanos < self.min:
+            self.min = nanos
+        if self.max is None or nanos > self.max:
+            self.max = nanos
+        if nanos <= 0:
+            self.zero += 1
+        else:
+            self.buckets[math.ceil(math.log(nanos) / self._LOG_GAMMA)] += 1
+
+    def value_of(self, bucket: int) -> float:
+        """A bucket's representative duration (within 1 % of every duration in it)."""
+        return 2 * self.GAMMA**bucket / (self.GAMMA + 1)
+
+    def quantile(self, q: float) -> float | None:
+        """The nearest-rank ``q`` quantile (clamped to the exact min and max)."""
+        if self.count == 0 or self.min is None or self.max is None:
+            return None
+        rank = max(1, math.ceil(q * self.count))
+        seen = self.zero
+        if rank <= seen:
+            return 0.0
+        for bucket in sorted(self.buckets):
+            seen += self.buckets[bucket]
+            if seen >= rank:
+                return min(max(self.value_of(bucket), self.min), self.max)
+        return float(self.max)
+
+    def histogram(self, bins: int = 40) -> list[dict[str, float]]:
+        """Counts in ``bins`` log-spaced bins between the min and the max (for a picture)."""
+        if not self.buckets or self.min is None or self.max is None:
+            return []
+        low, high = min(self.buckets), max(self.buckets)
+        width = max(1, math.ceil((high - low + 1) / bins))
+        merged: Counter[int] = Counter()
+        for bucket, count in self.buckets.items():
+            merged[(bucket - low) // width] += count
+        return [
+            {
+                "from_ms": self.GAMMA ** (low + index * width - 1) / 1e6,
+                "to_ms": self.GAMMA ** (low + (index + 1) * width - 1) / 1e6,
+                "count": merged[index],
+            }
+            for index in range(max(merged) + 1)
+        ]
+
+
+class TaskStats:
+    """One task's figures: its repeats are one group (a GRPO group)."""
+
+    __slots__ = (
+        "dispatches",
+        "duration_total",
+        "durations",
+        "error_types",
+        "example_trace_id",
+        "label",
+        "masked",
+        "reward_m2",
+        "reward_max",
+        "reward_mean",
+        "reward_min",
+        "rewarded",
+        "successes",
+        "task_id",
+        "task_index",
+        "unhealthy",
+        "unscored",
+        "values",
+        "values_other",
+    )
+
+    def __init__(self, label: str, task_id: str | None, task_index: int | None) -> None:
+        self.label = label
+        self.task_id = task_id
+        self.task_index = task_index
+        self.dispatches = 0
+        self.error_types: Counter[str] | None = None
+        self.rewarded = 0
+        self.masked = 0
+        self.unscored = 0  # verified, but no numeric reward
+        self.reward_mean = 0.0
+        self.reward_m2 = 0.0
+        self.reward_min: float | None = None
+        self.reward_max: float | None = None
+        self.successes = 0
+        self.values: Counter[float] = Counter()
+        self.values_other = 0
+        self.unhealthy = 0
+        self.durations = 0
+        self.duration_total = 0
+        self.example_trace_id: str | None = None
+
+    @property
+    def errors(self) -> int:
+        return sum(self.error_types.values()) if self.error_types else 0
+
+    def add_reward(self, reward: float, success: bool) -> None:
+        self.rewarded += 1
+        delta = reward - self.reward_mean
+        self.reward_mean += delta / self.rewarded
+        self.reward_m2 += delta * (reward - self.reward_mean)
+        self.reward_min = reward if self.reward_min is None else min(self.reward_min, reward)
+        self.reward_max = reward if self.reward_max is None else max(self.reward_max, reward)
+        self.successes += success
+        value = round(reward, 2)
+        if value in self.values or len(self.values) < REWARD_VALUES:
+            self.values[value] += 1
+        else:
+            self.values_other += 1
+
+    @property
+    def reward_std(self) -> float | None:
+        """Population standard deviation of the rewards (the spread a GRPO group normalises by)."""
+        return math.sqrt(self.reward_m2 / self.rewarded) if self.rewarded else None
+
+    @property
+    def zero_variance(self) -> bool:
+        """Two or more rewards, all equal: the group's advantages are all zero, it teaches nothing."""
+        return self.rewarded >= 2 and self.reward_min == self.reward_max
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimate from ``n`` samples with ``c`` successes (Chen et al., 2021)."""
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+def ks_for(n: int) -> list[int]:
+    """The k of pass@k reported for ``n`` samples: powers of two below ``n``, and ``n``."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return [*ks, n] if n >= 1 else []
+
+
+def _quantile_of_counts(values: Counter[float], q: float) -> float:
+    total = sum(values.values())
+    rank = max(1, math.ceil(q * total))
+    seen = 0
+    for value in sorted(values):
+        seen += values[value]
+        if seen >= rank:
+            return value
+    return max(values)
+
+
+class RunFigures:
+    """Feed it spans (:meth:`add`), then read :meth:`figures`."""
+
+    def __init__(
+        self,
+        success_threshold: float = 1.0,
+        trace_url: str | None = None,
+        join_capacity: int = JOIN_CAPACITY,
+    ) -> None:
+        self.success_threshold = success_threshold
+        self.trace_url = trace_url
+        self.join_capacity = join_capacity
+        self.tasks: dict[tuple[str, Any], TaskStats] = {}
+        self.task_of_index: dict[int, TaskStats] = {}
+        self.orphan_verifies = TaskStats("(verify without a dispatch)", None, None)
+        self.dispatches = 0
+        self.verifies = 0
+        self.error_types: Counter[str] = Counter()
+        self.failed: list[dict[str, Any]] = []
+        self.verdicts: Counter[str] = Counter()
+        self.checks: Counter[str] = Counter()
+        self.unhealthy: list[dict[str, Any]] = []
+        self.health_spans = 0
+        self.durations = DurationSketch()
+        self.without_duration = 0
+        self.slowest: list[tuple[int, int, dict[str, Any]]] = []
+        self.replayed_spans = 0
+        self.services: Counter[str] = Counter()
+        self.first_start: int | None = None
+        self.last_end: int | None = None
+        self._pending: OrderedDict[str, list[tuple[str, str | None, Any]]] = OrderedDict()
+        self._pending_size = 0
+        self.dropped_dispatch_joins = 0
+        self._sequence = 0
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def add_all(self, spans: Iterable[Span]) -> RunFigures:
+        for span in spans:
+            self.add(span)
+        return self
+
+    def add(self, span: Span) -> None:
+        attributes = span.attributes
+        if attributes.get(REPLAYED) is True or span.resource.get(REPLAYED) is True:
+            self.replayed_spans += 1
+        service = span.resource.get("service.name")
+        if type(service) is str and (service in self.services or len(self.services) < 32):
+            self.services[service] += 1
+        if span.name == semconv.SPAN_DISPATCH:
+            self._dispatch(span, attributes)
+        elif span.name == semconv.SPAN_VERIFY:
+            self._verify(span, attributes)
+        else:
+            self._health(span, attributes)
+
+    def _task(self, attributes: dict[str, Any]) -> TaskStats:
+        task_id = attributes.get(semconv.TASK_ID)
+        task_index = attributes.get(semconv.TASK_INDEX)
+        task_id = task_id if type(task_id) is str else None
+        task_index = task_index if type(task_index) is int else None
+        key: tuple[str, Any] = ("id", task_id) if task_id is not None else ("index", task_index)
+        task = self.tasks.get(key)
+        if task is None:
+            label = task_id if task_id is not None else (f"#{task_index}" if task_index is not None else NO_TASK)
+            task = self.tasks[key] = TaskStats(label, task_id, task_index)
+        if task_index is not None and task_index not in self.task_of_index:
+            self.task_of_index[task_index] = task
+        return task
+
+    def _rollout(self, span: Span, attributes: dict[str, Any], task: TaskStats | None) -> dict[str, Any]:
+        rollout: dict[str, Any] = {
+            "task": task.label if task is not None else None,
+            "rollout_id": attributes.get(semconv.ROLLOUT_ID),
+            "trace_id": span.trace_id,
+            "span_id": span.span_id,
+        }
+        if self.trace_url:
+            rollout["trace_url"] = trace_link(self.trace_url, span.trace_id, span.span_id)
+        return rollout
+
+    def _dispatch(self, span: Span, attributes: dict[str, Any]) -> None:
+        self.dispatches += 1
+        task = self._task(attributes)
+        task.dispatches += 1
+        if task.example_trace_id is None:
+            task.example_trace_id = span.trace_id
+        if self.first_start is None or 0 < span.start_ns < self.first_start:
+            self.first_start = span.start_ns
+        if self.last_end is None or span.end_ns > self.last_end:
+            self.last_end = span.end_ns
+        error_type = attributes.get(semconv.ERROR_TYPE)
+        if error_type is not None or span.status_code == STATUS_ERROR:
+            error_name = str(error_type) if error_type is not None else "(error without error.type)"
+            self.error_types[error_name] += 1
+            if task.error_types is None:
+                task.error_types = Counter()
+            task.error_types[error_name] += 1
+            if len(self.failed) < LISTED:
+                self.failed.append({**self._rollout(span, attributes, task), "error_type": error_name})
+        if attributes.get(REPLAY_TIMING) == TIMING_PLACEHOLDER or span.end_ns < span.start_ns or not span.start_ns:
+            self.without_duration += 1
+        else:
+            duration = span.end_ns - span.start_ns
+            self.durations.add(duration)
+            task.durations += 1
+            task.duration_total += duration
+            self._sequence += 1
+            if len(self.slowest) < SLOWEST or duration > self.slowest[0][0]:
+                entry = (duration, self._sequence, {**self._rollout(span, attributes, task), "duration_ms": duration / 1e6})
+                if len(self.slowest) < SLOWEST:
+                    heapq.heappush(self.slowest, entry)
+                else:
+                    heapq.heapreplace(self.slowest, entry)
+        rollout_id = attributes.get(semconv.ROLLOUT_ID)
+        rollout_id = rollout_id if type(rollout_id) is str else None
+        partner = self._take(span.trace_id, "verify", rollout_id)
+        if partner is not None:
+            self._score(task, partner)
+        else:
+            self._hold(span.trace_id, "dispatch", rollout_id, task)
+
+    def _verify(self, span: Span, attributes: dict[str, Any]) -> None:
+        self.verifies += 1
+        reward = attributes.get(semconv.ROLLOUT_REWARD)
+        result = (
+            float(reward) if type(reward) in (int, float) and math.isfinite(reward) else None,
+            attributes.get(semconv.VERIFY_MASKED) is True,
+        )
+        rollout_id = attributes.get(semconv.ROLLOUT_ID)
+        rollout_id = rollout_id if type(rollout_id) is str else None
+        task = self._take(span.trace_id, "dispatch", rollout_id)
+        if task is not None:
+            self._score(task, result)
+        else:
+            self._hold(span.trace_id, "verify", rollout_id, result)
+
+    def _score(self, task: TaskStats, result: tuple[float | None, bool]) -> None:
+        reward, masked = result
+        if reward is not None:
+            task.add_reward(reward, reward >= self.success_threshold)
+        elif masked:
+            task.masked += 1
+        else:
+            task.unscored += 1
+
+    def _take(self, trace_id: str, kind: str, rollout_id: str | None) -> Any:
+        entries = self._pending.get(trace_id)
+        if not entries:
+            return None
+        for position, (entry_kind, entry_rollout_id, payload) in enumerate(entries):
+            if entry_kind == kind and (entry_rollout_id == rollout_id or entry_rollout_id is None or rollout_id is None):
+                del entries[position]
+                self._pending_size -= 1
+                if not entries:
+                    del self._pending[trace_id]
+                return payload
+        return None
+
+    def _hold(self, trace_id: str, kind: str, rollout_id: str | None, payload: Any) -> None:
+        entries = self._pending.get(trace_id)
+        if entries is None:
+            entries = self._pending[trace_id] = []
+        entries.append((kind, rollout_id, payload))
+        self._pending_size += 1
+        while self._pending_size > self.join_capacity:
+            _, dropped = self._pending.popitem(last=False)
+            self._pending_size -= len(dropped)
+            self._settle(dropped)
+
+    def _settle(self, entries: list[tuple[str, str | None, Any]]) -> None:
+        for kind, _, payload in entries:
+            if kind == "verify":
+                self._score(self.orphan_verifies, payload)
+            else:
+                self.dropped_dispatch_joins += 1
+
+    def _health(self, span: Span, attributes: dict[str, Any]) -> None:
+        self.health_spans += 1
+        verdict = attributes.get(semconv.HEALTH_VERDICT)
+        verdict = verdict if type(verdict) is str else "(none)"
+        checks = attributes.get(semconv.HEALTH_CHECKS)
+        checks = sorted({check for check in checks if type(check) is str}) if type(checks) is list else []
+        self.verdicts[verdict] += 1
+        self.checks.update(checks)
+        if verdict == "unhealthy":
+            rollout_id = attributes.get(semconv.ROLLOUT_ID)
+            task = None
+            if type(rollout_id) is str:
+                parsed = parse_index_form(rollout_id)
+                if parsed is not None:
+                    task = self.task_of_index.get(parsed[0])
+            if task is not None:
+                task.unhealthy += 1
+            if len(self.unhealthy) < LISTED:
+                self.unhealthy.append({**self._rollout(span, attributes, task), "checks": checks})
+
+    # -- figures ------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Settle what is still waiting for its partner: a verify whose dispatch never came."""
+        while self._pending:
+            _, entries = self._pending.popitem(last=False)
+            self._settle([entry for entry in entries if entry[0] == "verify"])
+        self._pending_size = 0
+
+    def task_figures(self, task: TaskStats) -> dict[str, Any]:
+        errors = task.errors
+        rollouts = task.dispatches - errors
+        figures: dict[str, Any] = {
+            "task": task.label,
+            "task_id": task.task_id,
+            "task_index": task.task_index,
+            "dispatches": task.dispatches,
+            "rollouts": rollouts,
+            "errors": dict(task.error_types.most_common()) if task.error_types else {},
+            "rewarded": task.rewarded,
+            "masked": task.masked,
+            "unscored": task.unscored,
+            "unverified": max(0, rollouts - task.rewarded - task.masked - task.unscored),
+            "mean_reward": task.reward_mean if task.rewarded else None,
+            "reward_std": task.reward_std,
+            "min_reward": task.reward_min,
+            "max_reward": task.reward_max,
+            "successes": task.successes,
+            "success_rate": task.successes / task.rewarded if task.rewarded else None,
+            "pass_at_k": {str(k): pass_at_k(task.rewarded, task.successes, k) for k in ks_for(task.rewarded)},
+            "zero_variance": task.zero_variance,
+            "unhealthy": task.unhealthy,
+            "mean_duration_ms": task.duration_total / task.durations / 1e6 if task.durations else None,
+            "reward_values": {repr(value): count for value, count in sorted(task.values.items())},
+            "example_trace_id": task.example_trace_id,
+        }
+        if task.values_other:
+            figures["reward_values_other"] = task.values_other
+        if self.trace_url and task.example_trace_id:
+            figures["example_trace_url"] = trace_link(self.trace_url, task.example_trace_id, "")
+        return figures
+
+    def figures(self, stats: ReadStats | None = None) -> dict[str, Any]:
+        """Every figure of the report, as plain JSON-ready values."""
+        self.finish()
+        tasks = sorted(
+            self.tasks.values(),
+            key=lambda task: (task.task_index is None, task.task_index if task.task_index is not None else 0, task.label),
+        )
+        task_figures = [self.task_figures(task) for task in tasks]
+        rewarded = sum(task.rewarded for task in tasks)
+        successes = sum(task.successes for task in tasks)
+        reward_total = sum(task.reward_mean * task.rewarded for task in tasks)
+        mean = reward_total / rewarded if rewarded else None
+        # The run's spread from the tasks' own (parallel algorithm of Chan et al.).
+        m2 = sum(task.reward_m2 + task.rewarded * (task.reward_mean - mean) ** 2 for task in tasks) if mean is not None else 0.0
+        groups = [task for task in tasks if task.rewarded >= 2]
+        flat = [task for task in groups if task.zero_variance]
+        largest = max((task.rewarded for task in tasks), default=0)
+        run_pass: dict[str, dict[str, Any]] = {}
+        for k in sorted(set(ks_for(largest)) | {task.rewarded for task in tasks if task.rewarded}):
+            eligible = [task for task in tasks if task.rewarded >= k]
+            if eligible:
+                run_pass[str(k)] = {
+                    "value": sum(pass_at_k(task.rewarded, task.successes, k) for task in eligible) / len(eligible),
+                    "tasks": len(eligible),
+                }
+        errors = sum(self.error_types.values())
+        orphans = self.orphan_verifies
+        durations = self.durations
+        quantile = lambda q: None if durations.quantile(q) is None else durations.quantile(q) / 1e6  # noqa: E731
+        figures: dict[str, Any] = {
+            "source": {
+                "files": stats.files_read if stats else [],
+                "lines": stats.lines if stats else None,
+                "bytes": stats.bytes if stats else None,
+                "spans": stats.spans if stats else self.dispatches + self.verifies + self.health_spans,
+                "other_spans": stats.other_spans if stats else None,
+                "skipped_lines": (stats.bad_lines + stats.other_signal_lines) if stats else None,
+                "replayed_spans": self.replayed_spans,
+                "services": sorted(self.services),
+                "first_start_unix_nano": self.first_start,
+                "last_end_unix_nano": self.last_end,
+            },
+            "run": {
+                "tasks": len(tasks),
+                "dispatches": self.dispatches,
+                "rollouts": self.dispatches - errors,
+                "errors": errors,
+                "verifies": self.verifies,
+                "rewarded": rewarded,
+                "masked": sum(task.masked for task in tasks),
+                "unscored": sum(task.unscored for task in tasks),
+                "mean_reward": mean,
+                "reward_std": math.sqrt(m2 / rewarded) if rewarded else None,
+                "success_threshold": self.success_threshold,
+                "successes": successes,
+                "success_rate": successes / rewarded if rewarded else None,
+                "pass_at_k": run_pass,
+                "groups": len(groups),
+                "zero_variance_groups": len(flat),
+                "zero_variance_tasks": [
+                    {"task": task.label, "reward": task.reward_min, "rollouts": task.rewarded} for task in flat[:LISTED]
+                ],
+                "verifies_without_dispatch": orphans.rewarded + orphans.masked + orphans.unscored,
+                "verifies_without_dispatch_rewarded": orphans.rewarded,
+            },
+            "tasks": task_figures,
+            "errors": {"by_type": dict(self.error_types.most_common()), "rollouts": self.failed, "listed": len(self.failed)},
+            "health": {
+                "spans": self.health_spans,
+                "verdicts": dict(self.verdicts.most_common()),
+                "checks": [{"check": check, "rollouts": count} for check, count in self.checks.most_common()],
+                "unhealthy": self.unhealthy,
+                "unhealthy_total": self.verdicts.get("unhealthy", 0),
+            },
+            "time": {
+                "measured": durations.count,
+                "without_duration": self.without_duration,
+                "p50_ms": quantile(0.50),
+                "p95_ms": quantile(0.95),
+                "max_ms": durations.max / 1e6 if durations.max is not None else None,
+                "mean_ms": durations.total / durations.count / 1e6 if durations.count else None,
+                "slowest": [entry for _, _, entry in sorted(self.slowest, reverse=True)],
+                "histogram": durations.histogram(),
+            },
+            "trace_url": self.trace_url,
+        }
+        return figures
+
+
+# -- trace links -------------------------------------------------------------------------------
+
+TRACE_URL_PRESETS = {
+    # Arize Phoenix resolves an OpenTelemetry trace id itself (any project).
+    "phoenix": "http://127.0.0.1:6006/redirects/traces/{trace_id}",
+    # An MLflow tracking server that received the spans over OTLP names the trace "tr-<trace id>";
+    # experiment 0 is its Default experiment (the one an OTLP export without x-mlflow-experiment-id header lands in).
+    "mlflow": "http://127.0.0.1:5000/#/experiments/0/traces?selectedEvaluationId=tr-{trace_id}",
+}
+
+
+def trace_url_template(value: str | None) -> str | None:
+    """A ``--trace-url`` value: a preset name (``phoenix``, ``mlflow``) or a template with ``{trace_id}``."""
+    if not value:
+        return None
+    template = TRACE_URL_PRESETS.get(value, value)
+    try:
+        template.format(trace_id="0" * 32, span_id="0" * 16)
+    except (KeyError, IndexError, ValueError) as error:
+        raise ValueError(f"--trace-url: a template may use {{trace_id}} and {{span_id}} only ({error!r})") from None
+    if "{trace_id}" not in template:
+        raise ValueError(f"--trace-url: the template has no {{trace_id}}: {template!r}")
+    return template
+
+
+def trace_link(template: str, trace_id: str, span_id: str) -> str:
+    return template.format(trace_id=trace_id, span_id=span_id)

@@ -1,0 +1,156 @@
+"""The terminal summary of a run's figures (the same figures ``--format json`` prints)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+TASK_ROWS = 30  # tasks shown in the terminal; the HTML page and the JSON have them all
+ROLLOUT_ROWS = 10
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def milliseconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 10_000:
+        return f"{value / 1000:.1f} s"
+    return f"{value:.1f} ms" if value >= 1 else f"{value:.3f} ms"
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(str(column[0])), *(len(row[index]) for row in cells)) for index, column in enumerate(zip(header))]
+    line = lambda row: "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()  # noqa: E731
+    return "\n".join([line(list(header)), line(["-" * width for width in widths]), *(line(row) for row in cells)])
+
+
+def pass_text(pass_at_k: dict[str, Any]) -> str:
+    parts = []
+    for k, value in pass_at_k.items():
+        parts.append(f"pass@{k} {number(value['value'] if isinstance(value, dict) else value)}")
+    return "  ".join(parts) or "-"
+
+
+def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for task in tasks:
+        pass_at = task["pass_at_k"]
+        last_k = next(reversed(pass_at), None)
+        rows.append(
+            [
+                task["task"],
+                task["rollouts"],
+                sum(task["errors"].values()),
+                task["rewarded"],
+                number(task["mean_reward"]),
+                number(task["reward_std"]),
+                percent(task["success_rate"]),
+                f"{number(pass_at[last_k])} (k={last_k})" if last_k else "-",
+                "yes" if task["zero_variance"] else "",
+                task["unhealthy"] or "",
+                milliseconds(task["mean_duration_ms"]),
+            ]
+        )
+    return rows
+
+
+TASK_HEADER = [
+    "task",
+    "rollouts",
+    "errors",
+    "rewarded",
+    "mean",
+    "std",
+    "success",
+    "pass@k",
+    "all equal",
+    "unhealthy",
+    "mean time",
+]
+
+
+def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
+    """A few screens at most, whatever the size of the run."""
+    source, run, health, time = figures["source"], figures["run"], figures["health"], figures["time"]
+    out: list[str] = []
+    replayed = f", {source['replayed_spans']} replayed" if source["replayed_spans"] else ""
+    out.append(
+        f"spans: {source['spans']} of the package{replayed} from {len(source['files'])} file(s)"
+        + (f"; services: {', '.join(source['services'])}" if source["services"] else "")
+    )
+    out.append(
+        f"run: {run['tasks']} tasks, {run['dispatches']} dispatches ({run['errors']} failed), {run['rewarded']} rewarded,"
+        f" {run['masked']} masked, {run['unscored']} without a numeric reward"
+    )
+    out.append(
+        f"reward: mean {number(run['mean_reward'])}, std {number(run['reward_std'])};"
+        f" success (reward >= {run['success_threshold']:g}) {percent(run['success_rate'])};  {pass_text(run['pass_at_k'])}"
+    )
+    if run["groups"]:
+        flat = ", ".join(f"{item['task']} (all {item['reward']:g})" for item in run["zero_variance_tasks"][:8])
+        more = len(run["zero_variance_tasks"]) - 8
+        out.append(
+            f"groups with all rewards equal (no learning signal): {run['zero_variance_groups']} of {run['groups']}"
+            + (f": {flat}" if flat else "")
+            + (f" and {more} more" if more > 0 else "")
+        )
+    if run["verifies_without_dispatch"]:
+        out.append(f"verify spans whose dispatch was not found: {run['verifies_without_dispatch']}")
+    tasks = figures["tasks"]
+    if tasks:
+        out += ["", render_table(TASK_HEADER, task_rows(tasks[:TASK_ROWS]))]
+        if len(tasks) > TASK_ROWS:
+            out.append(f"... and {len(tasks) - TASK_ROWS} more tasks (all of them in the HTML page and in --format json)")
+    errors = figures["errors"]
+    if errors["by_type"]:
+        out += ["", "errors by error.type: " + ", ".join(f"{name} {count}" for name, count in errors["by_type"].items())]
+    if health["spans"]:
+        out += ["", "health: " + ", ".join(f"{name} {count}" for name, count in health["verdicts"].items())]
+        if health["checks"]:
+            out.append("failed checks: " + ", ".join(f"{item['check']} {item['rollouts']}" for item in health["checks"]))
+        if health["unhealthy"]:
+            out.append("unhealthy rollouts:")
+            out.append(
+                render_table(
+                    ["task", "rollout id", "checks", "trace"],
+                    [
+                        [item["task"] or "-", item["rollout_id"] or "-", ", ".join(item["checks"]) or "-", link(item)]
+                        for item in health["unhealthy"][:ROLLOUT_ROWS]
+                    ],
+                )
+            )
+            if health["unhealthy_total"] > ROLLOUT_ROWS:
+                out.append(f"... {health['unhealthy_total'] - ROLLOUT_ROWS} more")
+    if time["measured"] or time["without_duration"]:
+        out += [
+            "",
+            f"dispatch time: p50 {milliseconds(time['p50_ms'])}, p95 {milliseconds(time['p95_ms'])},"
+            f" max {milliseconds(time['max_ms'])} over {time['measured']} dispatches"
+            + (f"; {time['without_duration']} without a recorded duration" if time["without_duration"] else ""),
+        ]
+        if time["slowest"]:
+            out.append("slowest:")
+            out.append(
+                render_table(
+                    ["task", "rollout id", "time", "trace"],
+                    [
+                        [item["task"] or "-", item["rollout_id"] or "-", milliseconds(item["duration_ms"]), link(item)]
+                        for item in time["slowest"][:5]
+                    ],
+                )
+            )
+    if html_path:
+        out += ["", f"report: {html_path}"]
+    return "\n".join(out)
+
+
+def link(rollout: dict[str, Any]) -> str:
+    return rollout.get("trace_url") or rollout["trace_id"]
