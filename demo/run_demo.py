@@ -1,22 +1,30 @@
-"""``make demo``: run the demo rollout pipeline under ``opentelemetry-instrument`` and show what
-its spans and metrics say, one row per rollout.
+"""``make demo``: run the demo rollout pipeline under ``opentelemetry-instrument``, keep what it made,
+and show what its spans and metrics say: one row per rollout, a summary per task, the report.
 
 The pipeline (``rollout_pipeline.py``) has no telemetry code: the launcher finds the ``gym``
 instrumentor, which wraps the functions named in ``OTEL_PYTHON_GYM_TARGETS``. Spans and metrics
-go to the SDK's console exporters; this script reads them back and builds the table.
+go to OpenTelemetry's OTLP/JSON file exporter (``OTEL_TRACES_EXPORTER=otlp_json_file``), which
+writes to the process's standard output, redirected into ``demo/output/spans.otlp.jsonl``.
+Everything stays in ``demo/output/`` (git-ignored): the spans, the pipeline's ``rollouts.jsonl``
+and ``report.html``. The command that made the spans is printed as it ran, so it can be run by hand.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+OUTPUT = HERE / "output"
+SPANS_FILE = "spans.otlp.jsonl"
+ROLLOUTS_FILE = "rollouts.jsonl"
+REPORT_FILE = "report.html"
 TARGETS = ",".join(
     [
         "rollout_pipeline:Collector.dispatch=dispatch",
@@ -25,76 +33,101 @@ TARGETS = ",".join(
     ]
 )
 
+sys.path.insert(0, str(REPO))  # run as a script from a checkout: the package beside this folder
 
-def json_objects(text: str) -> list[dict[str, Any]]:
-    """The JSON objects the console exporters printed, one after another."""
-    decoder, objects, index = json.JSONDecoder(), [], text.find("{")
-    while index != -1:
-        try:
-            value, end = decoder.raw_decode(text, index)
-        except json.JSONDecodeError:
-            index = text.find("{", index + 1)
-            continue
-        objects.append(value)
-        index = text.find("{", end)
-    return objects
+from gym_instrument.report import build_report, write_html  # noqa: E402
+from gym_instrument.report.otlp import ReadStats, Span, read_spans  # noqa: E402
+from gym_instrument.report.text import TASK_HEADER, render_table, task_rows  # noqa: E402
 
 
-def run_pipeline(workdir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Path]:
-    output = workdir / "rollouts.jsonl"
+def _shown(path: Path) -> str:
+    """A path as the command shows it: relative to the repository when it is inside it."""
+    absolute = Path(os.path.abspath(path))  # not resolve(): a venv's python is a symlink to keep as it is
+    try:
+        return str(absolute.relative_to(REPO))
+    except ValueError:
+        return str(absolute)
+
+
+def pipeline_command(output: Path) -> str:
+    """The shell command that runs the pipeline traced, as printed and as run (from the repository root)."""
     environment = {
-        **{key: value for key, value in os.environ.items() if not key.startswith("OTEL_")},
-        "PYTHONPATH": str(HERE),
+        "PYTHONPATH": _shown(HERE),
         "OTEL_SERVICE_NAME": "demo-rollouts",
         "OTEL_PYTHON_GYM_TARGETS": TARGETS,
-        "OTEL_TRACES_EXPORTER": "console",
-        "OTEL_METRICS_EXPORTER": "console",
+        "OTEL_TRACES_EXPORTER": "otlp_json_file",
+        "OTEL_METRICS_EXPORTER": "otlp_json_file",
         "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # one export, at shutdown
         "OTEL_LOGS_EXPORTER": "none",
     }
     launcher = Path(sys.executable).parent / "opentelemetry-instrument"
-    command = [str(launcher), sys.executable, str(HERE / "run_pipeline.py"), str(output)]
-    print("$ OTEL_PYTHON_GYM_TARGETS=... opentelemetry-instrument python demo/run_pipeline.py rollouts.jsonl")
-    process = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300, cwd=workdir)
-    print(process.stderr.strip())
+    words = [
+        *(f"{name}={shlex.quote(value)}" for name, value in environment.items()),
+        shlex.quote(_shown(launcher)),
+        shlex.quote(_shown(Path(sys.executable))),
+        shlex.quote(_shown(HERE / "run_pipeline.py")),
+        shlex.quote(_shown(output / ROLLOUTS_FILE)),
+    ]
+    return " ".join(words) + " > " + shlex.quote(_shown(output / SPANS_FILE))
+
+
+def run_pipeline(output: Path) -> tuple[Path, Path, str]:
+    """Run the traced pipeline into ``output``; the spans file, the rollouts file and the command."""
+    output.mkdir(parents=True, exist_ok=True)
+    for name in (SPANS_FILE, ROLLOUTS_FILE, REPORT_FILE):
+        (output / name).unlink(missing_ok=True)
+    command = pipeline_command(output)
+    # The command sets every variable it needs; the caller's other OTEL_* settings are left out here.
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    process = subprocess.run(["/bin/sh", "-c", command], env=environment, capture_output=True, text=True, timeout=300, cwd=REPO)
+    if process.stderr.strip():
+        print(process.stderr.strip())
     if process.returncode != 0:
         raise SystemExit(f"the pipeline failed with exit code {process.returncode}")
-    objects = json_objects(process.stdout)
-    spans = [item for item in objects if "context" in item and "name" in item]
-    metrics = [item for item in objects if "resource_metrics" in item]
-    return spans, metrics, output
+    return output / SPANS_FILE, output / ROLLOUTS_FILE, command
 
 
-def metric_points(metrics: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+def spans_of(spans_file: Path) -> list[Span]:
+    return list(read_spans([spans_file], ReadStats(), progress=False))
+
+
+def metric_points(spans_file: Path, name: str) -> list[dict[str, Any]]:
+    """The data points of one metric in the file's ``resourceMetrics`` lines (attributes decoded)."""
+    from gym_instrument.report.otlp import attributes
+
     points = []
-    for batch in metrics:
-        for resource in batch["resource_metrics"]:
-            for scope in resource["scope_metrics"]:
-                for metric in scope["metrics"]:
-                    if metric["name"] == name:
-                        points.extend(metric["data"]["data_points"])
+    for line in spans_file.read_text().splitlines():
+        batch = json.loads(line) if line.strip() else {}
+        for resource in batch.get("resourceMetrics", []):
+            for scope in resource.get("scopeMetrics", []):
+                for metric in scope.get("metrics", []):
+                    if metric.get("name") != name:
+                        continue
+                    for kind in ("sum", "gauge"):
+                        for point in metric.get(kind, {}).get("dataPoints", []):
+                            value = point.get("asInt", point.get("asDouble", 0))
+                            points.append({"attributes": attributes(point.get("attributes")), "value": float(value)})
     return points
 
 
-def table(spans: list[dict[str, Any]]) -> list[list[str]]:
-    by_id = {span["context"]["span_id"]: span for span in spans}
-    dispatches = [span for span in spans if span["name"] == "gym.rollout.dispatch"]
-    verifies = {span["parent_id"]: span for span in spans if span["name"] == "gym.verify"}
-    health = {span["parent_id"]: span for span in spans if span["name"] == "gym.rollout.health"}
+def _duration(span: Span) -> str:
+    return f"{(span.end_ns - span.start_ns) / 1e6:.1f} ms"
+
+
+def table(spans: list[Span]) -> list[list[str]]:
+    """One row per dispatch: what its own span, its verify span and its health span say."""
+    dispatches = [span for span in spans if span.name == "gym.rollout.dispatch"]
+    verifies = {span.parent_span_id: span for span in spans if span.name == "gym.verify"}
+    health = {span.parent_span_id: span for span in spans if span.name == "gym.rollout.health"}
     rows = []
     for dispatch in sorted(
         dispatches,
-        key=lambda s: (
-            s["attributes"].get("nemo.gym.task.index", 0),
-            s["attributes"].get("nemo.gym.rollout.repeat", 0),
-            s["start_time"],
-        ),
+        key=lambda s: (s.attributes.get("nemo.gym.task.index", 0), s.attributes.get("nemo.gym.rollout.repeat", 0), s.start_ns),
     ):
-        attributes = dispatch["attributes"]
-        span_id = dispatch["context"]["span_id"]
-        verify = verifies.get(span_id, {}).get("attributes", {})
-        verdict = health.get(span_id, {}).get("attributes", {})
-        failed = dispatch["status"]["status_code"] == "ERROR"
+        attributes = dispatch.attributes
+        verify = verifies[dispatch.span_id].attributes if dispatch.span_id in verifies else {}
+        verdict = health[dispatch.span_id].attributes if dispatch.span_id in health else {}
+        failed = dispatch.status_code == 2
         reward = verify.get("nemo.gym.rollout.reward")
         if failed:
             reward_text = f"error: {attributes.get('error.type', '?').rsplit('.', 1)[-1]}"
@@ -104,7 +137,6 @@ def table(spans: list[dict[str, Any]]) -> list[list[str]]:
             reward_text = "(masked)"
         else:
             reward_text = f"(none: {verify.get('nemo.gym.failure_kind', 'not numeric')})"
-        assert by_id[span_id] is dispatch
         rows.append(
             [
                 attributes.get("nemo.gym.task.id", "-"),
@@ -113,38 +145,58 @@ def table(spans: list[dict[str, Any]]) -> list[list[str]]:
                 reward_text,
                 verdict.get("nemo.gym.health.verdict", "-" if failed else "(none)"),
                 ", ".join(verdict.get("nemo.gym.health.checks", [])) or "-",
-                dispatch["context"]["trace_id"][2:14] + "…",
+                _duration(dispatch),
+                dispatch.trace_id[:12] + "…",
             ]
         )
     return rows
 
 
-def render(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
-    line = lambda cells: "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths, strict=True))  # noqa: E731
-    return "\n".join([line(header), line(["-" * width for width in widths]), *map(line, rows)])
+HEADER = ["task id", "repeat", "rollout id", "reward", "verdict", "failed checks", "duration", "trace id"]
 
 
-def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="gym-demo-") as workdir:
-        spans, metrics, output = run_pipeline(Path(workdir))
-        rollouts = [json.loads(line) for line in output.read_text().splitlines()]
-    header = ["task id", "repeat", "rollout id", "reward", "verdict", "failed checks", "trace id"]
+def main(output: Path = OUTPUT) -> None:
+    spans_file, rollouts_file, command = run_pipeline(output)
+    spans = spans_of(spans_file)
+    rollouts = [json.loads(line) for line in rollouts_file.read_text().splitlines()]
     print()
-    print(render(header, table(spans)))
+    print(render_table(HEADER, table(spans)))
     print()
     counts = {
-        name: sum(1 for span in spans if span["name"] == name)
+        name: sum(1 for span in spans if span.name == name)
         for name in ("gym.rollout.dispatch", "gym.verify", "gym.rollout.health")
     }
     print(f"spans exported: {counts}; rollouts in rollouts.jsonl: {len(rollouts)}")
-    rewarded = sum(point["value"] for point in metric_points(metrics, "gym.rollout.rewarded_total"))
-    outcomes = {point["attributes"].get("outcome"): point["value"] for point in metric_points(metrics, "gym.rollout.dispatches")}
-    verdicts = {point["attributes"].get("verdict"): point["value"] for point in metric_points(metrics, "gym.rollout.verdicts")}
-    print(f"metrics: gym.rollout.rewarded_total={rewarded}  gym.rollout.dispatches={outcomes}  gym.rollout.verdicts={verdicts}")
+    rewarded = sum(point["value"] for point in metric_points(spans_file, "gym.rollout.rewarded_total"))
+    outcomes = {
+        point["attributes"].get("outcome"): int(point["value"]) for point in metric_points(spans_file, "gym.rollout.dispatches")
+    }
+    verdicts = {
+        point["attributes"].get("verdict"): int(point["value"]) for point in metric_points(spans_file, "gym.rollout.verdicts")
+    }
+    print(f"metrics: gym.rollout.rewarded_total={rewarded:g}  gym.rollout.dispatches={outcomes}  gym.rollout.verdicts={verdicts}")
     print("Each health span is a child of its (already ended) dispatch span, in the same trace; the retried")
     print("rollout's verdict went to its second attempt (rollout id with -a1).")
 
+    figures = build_report([spans_file])
+    report = write_html(figures, output / REPORT_FILE, title="gym-instrument demo run")
+    run = figures["run"]
+    print()
+    print(
+        f"per task (reward >= 1 is a success; pass@k over the repeats; mean {run['mean_reward']:.2f},"
+        f" success {run['success_rate']:.0%}, {run['zero_variance_groups']} of {run['groups']} groups with all rewards equal):"
+    )
+    print(render_table(TASK_HEADER, task_rows(figures["tasks"])))
+    print()
+    print(f"kept in {_shown(output)}/: {SPANS_FILE} (OTLP/JSON spans and metrics), {ROLLOUTS_FILE}, {REPORT_FILE}")
+    print("the traced run, by hand (from the repository root):")
+    print(f"  {command}")
+    print("and its report:")
+    gym_instrument = Path(sys.executable).parent / "gym-instrument"
+    print(
+        f"  {shlex.quote(_shown(gym_instrument))} report {shlex.quote(_shown(spans_file))} --html {shlex.quote(_shown(report))}"
+    )
+
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else OUTPUT)

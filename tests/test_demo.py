@@ -1,10 +1,14 @@
-"""``make demo`` shows, per rollout, what the exported spans say; check it against the pipeline's own output."""
+"""``make demo`` shows, per rollout, what the exported spans say, keeps what it made, and prints how to redo it."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "demo"))
 
@@ -12,9 +16,9 @@ import run_demo
 
 
 def test_demo_table_matches_the_rollouts_file(tmp_path: Path) -> None:
-    spans, metrics, output = run_demo.run_pipeline(tmp_path)
-    rollouts = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in map(json.loads, output.read_text().splitlines())}
-    rows = run_demo.table(spans)
+    spans_file, rollouts_file, _ = run_demo.run_pipeline(tmp_path)
+    rollouts = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in map(json.loads, rollouts_file.read_text().splitlines())}
+    rows = run_demo.table(run_demo.spans_of(spans_file))
     assert len(rows) == 13  # 12 rollouts + the failed first attempt of one
     by_rollout_id = {row[2]: row for row in rows}
     assert by_rollout_id["1-2"][3] == "error: AgentUnavailable" and by_rollout_id["1-2"][4] == "-"
@@ -27,4 +31,48 @@ def test_demo_table_matches_the_rollouts_file(tmp_path: Path) -> None:
         else:
             assert row[3].startswith("(")
         assert row[4] in ("healthy", "unhealthy")
-    assert sum(point["value"] for point in run_demo.metric_points(metrics, "gym.rollout.rewarded_total")) == 10
+    for row in rows:
+        assert re.fullmatch(r"\d+\.\d ms", row[6]) and float(row[6].split()[0]) > 0  # the dispatch span's duration
+    assert sum(point["value"] for point in run_demo.metric_points(spans_file, "gym.rollout.rewarded_total")) == 10
+
+
+def test_demo_keeps_its_spans_as_the_file_exporter_wrote_them(tmp_path: Path) -> None:
+    spans_file, _, command = run_demo.run_pipeline(tmp_path)
+    assert "OTEL_TRACES_EXPORTER=otlp_json_file" in command
+    batches = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    span_batches = [batch for batch in batches if "resourceSpans" in batch]
+    assert span_batches and any("resourceMetrics" in batch for batch in batches)
+    scopes = {
+        scope["scope"]["name"]
+        for batch in span_batches
+        for resource in batch["resourceSpans"]
+        for scope in resource["scopeSpans"]
+    }
+    assert scopes == {"gym_instrument"}
+
+
+def test_demo_prints_the_table_a_task_summary_and_a_command_that_reproduces_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "kept"
+    run_demo.main(output)
+    printed = capsys.readouterr().out
+    assert re.search(
+        r"^task id\s+repeat\s+rollout id\s+reward\s+verdict\s+failed checks\s+duration\s+trace id$", printed, re.MULTILINE
+    )
+    assert re.search(r"^arith-002\s+3\s+1\s+3\s+0\.67\s+0\.47\s+67%\s+1\.00 \(k=3\)", printed, re.MULTILINE)  # per task
+    assert re.search(r"^geo-17\s+3\s+0\s+2\s+1\.00\s+0\.00\s+100%\s+1\.00 \(k=2\)\s+yes", printed, re.MULTILINE)
+    assert sorted(path.name for path in output.iterdir()) == ["report.html", "rollouts.jsonl", "spans.otlp.jsonl"]
+    assert "Reward per task" in (output / "report.html").read_text()
+
+    lines = printed.splitlines()
+    command = lines[lines.index("the traced run, by hand (from the repository root):") + 1].strip()
+    report_command = lines[lines.index("and its report:") + 1].strip()
+    (output / "spans.otlp.jsonl").unlink()
+    (output / "report.html").unlink()
+    # Run as printed, in a shell, from the repository root.
+    subprocess.run(["/bin/sh", "-c", command], cwd=run_demo.REPO, check=True, capture_output=True)
+    assert len(run_demo.table(run_demo.spans_of(output / "spans.otlp.jsonl"))) == 13
+    reported = subprocess.run(["/bin/sh", "-c", report_command], cwd=run_demo.REPO, check=True, capture_output=True, text=True)
+    assert "run: 4 tasks, 13 dispatches (1 failed)" in reported.stdout
+    assert (output / "report.html").is_file()
