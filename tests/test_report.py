@@ -1,0 +1,293 @@
+"""``gym-instrument report``: the figures, the terminal summary and the HTML page of a real traced run.
+
+The spans come from the demo pipeline run under ``opentelemetry-instrument`` with OpenTelemetry's
+OTLP/JSON file exporter (what ``make demo`` does); the expected figures are computed here from the
+pipeline's own ``rollouts.jsonl``, not from the spans.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import random
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "demo"))
+
+import run_demo
+
+from gym_instrument.report import build_report
+from gym_instrument.report.figures import DurationSketch, RunFigures, pass_at_k
+from gym_instrument.report.otlp import ReadStats, Span, read_spans, span_files
+
+GYM_INSTRUMENT = Path(sys.executable).parent / "gym-instrument"
+TEMPLATE = "http://viewer.test/trace/{trace_id}?span={span_id}"
+TASK_LABELS = ["arith-001", "arith-002", "geo-17", "#3"]  # the demo's last task has no task id: named by its index
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    spans_file, rollouts_file, _ = run_demo.run_pipeline(tmp_path_factory.mktemp("demo"))
+    return spans_file, [json.loads(line) for line in rollouts_file.read_text().splitlines()]
+
+
+def report_json(*arguments: str) -> dict[str, Any]:
+    process = subprocess.run([str(GYM_INSTRUMENT), "report", *arguments, "--format", "json"], capture_output=True, text=True)
+    assert process.returncode == 0, process.stderr
+    return json.loads(process.stdout)  # type: ignore[no-any-return]
+
+
+def expected_by_task(rollouts: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Per task index, what the pipeline's output rows say: rewards (numeric, unmasked), masked, unscored."""
+    tasks: dict[int, dict[str, Any]] = defaultdict(lambda: {"rewards": [], "masked": 0, "unscored": 0})
+    for row in rollouts:
+        task = tasks[row["_ng_task_index"]]
+        reward = row.get("reward")
+        if row.get("mask_sample"):
+            task["masked"] += 1
+        elif isinstance(reward, float):
+            task["rewards"].append(reward)
+        else:
+            task["unscored"] += 1
+    return tasks
+
+
+def test_figures_per_task_match_the_rollouts_file(demo_run: Any, tmp_path: Path) -> None:
+    spans_file, rollouts = demo_run
+    figures = report_json(str(spans_file), "--html", str(tmp_path / "report.html"))
+    tasks = figures["tasks"]
+    assert [task["task"] for task in tasks] == TASK_LABELS
+    for task, (index, expected) in zip(tasks, sorted(expected_by_task(rollouts).items()), strict=True):
+        rewards = expected["rewards"]
+        assert task["task_index"] == index
+        assert task["rewarded"] == len(rewards)
+        assert task["masked"] == expected["masked"]
+        assert task["unscored"] == expected["unscored"]
+        assert task["mean_reward"] == pytest.approx(sum(rewards) / len(rewards))
+        mean = sum(rewards) / len(rewards)
+        assert task["reward_std"] == pytest.approx(math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)))
+        successes = sum(r >= 1.0 for r in rewards)
+        assert task["success_rate"] == pytest.approx(successes / len(rewards))
+        assert list(task["pass_at_k"]) == [str(k) for k in range(1, len(rewards) + 1)]
+        assert task["pass_at_k"][str(len(rewards))] == (1.0 if successes else 0.0)
+        assert task["zero_variance"] == (len(set(rewards)) == 1)
+    arith_001, arith_002, geo_17, no_id = tasks
+    assert arith_001["pass_at_k"] == {"1": pytest.approx(2 / 3), "2": 1.0, "3": 1.0}
+    assert arith_002["errors"] == {"rollout_pipeline.AgentUnavailable": 1}  # the first attempt of 1-2, retried
+    assert arith_002["rollouts"] == 3 and arith_002["dispatches"] == 4
+    assert geo_17["zero_variance"] and no_id["zero_variance"]  # every scored repeat got 1.0
+
+    run = figures["run"]
+    all_rewards = [reward for task in expected_by_task(rollouts).values() for reward in task["rewards"]]
+    assert run["dispatches"] == 13 and run["errors"] == 1 and run["rewarded"] == len(all_rewards) == 10
+    assert run["mean_reward"] == pytest.approx(sum(all_rewards) / len(all_rewards))
+    assert run["zero_variance_groups"] == 2 and run["groups"] == 4
+    assert [item["task"] for item in run["zero_variance_tasks"]] == ["geo-17", "#3"]
+    assert run["pass_at_k"]["1"]["value"] == pytest.approx(sum(task["success_rate"] for task in tasks) / 4)
+    assert figures["errors"]["by_type"] == {"rollout_pipeline.AgentUnavailable": 1}
+    assert [item["rollout_id"] for item in figures["errors"]["rollouts"]] == ["1-2"]
+
+
+def test_health_and_time_figures(demo_run: Any) -> None:
+    spans_file, _ = demo_run
+    figures = report_json(str(spans_file), "--no-html", "--trace-url", TEMPLATE)
+    health = figures["health"]
+    assert health["verdicts"] == {"healthy": 8, "unhealthy": 4}
+    assert health["checks"][0] == {"check": "model_call_runaway_generation", "rollouts": 2}
+    assert {item["check"] for item in health["checks"]} == {
+        "model_call_runaway_generation",
+        "rollout_token_count_mismatch",  # twice in one verdict's findings: one rollout
+        "agent_turn_hollow",
+        "rollout_ended_on_failed_model_call",
+    }
+    assert next(item for item in health["checks"] if item["check"] == "rollout_token_count_mismatch")["rollouts"] == 1
+    unhealthy = {item["rollout_id"]: item for item in health["unhealthy"]}
+    assert sorted(unhealthy) == ["0-2", "1-1", "2-2", "3-1"]
+    assert unhealthy["3-1"]["checks"] == ["agent_turn_hollow", "rollout_ended_on_failed_model_call"]
+    assert unhealthy["3-1"]["task"] == "#3" and unhealthy["0-2"]["task"] == "arith-001"
+    assert [task["unhealthy"] for task in figures["tasks"]] == [1, 1, 1, 1]
+
+    time = figures["time"]
+    assert time["measured"] == 13 and time["without_duration"] == 0
+    assert 0 < time["p50_ms"] <= time["p95_ms"] <= time["max_ms"]
+    slowest = [item["duration_ms"] for item in time["slowest"]]
+    assert slowest == sorted(slowest, reverse=True) and slowest[0] == pytest.approx(time["max_ms"])
+    for rollout in [*time["slowest"], *health["unhealthy"], *figures["errors"]["rollouts"]]:
+        assert rollout["trace_url"] == f"http://viewer.test/trace/{rollout['trace_id']}?span={rollout['span_id']}"
+        assert re.fullmatch(r"[0-9a-f]{32}", rollout["trace_id"])
+
+
+def test_html_page_has_the_task_table_links_and_pictures(demo_run: Any, tmp_path: Path) -> None:
+    spans_file, _ = demo_run
+    page_path = tmp_path / "out" / "run.html"
+    process = subprocess.run(
+        [str(GYM_INSTRUMENT), "report", str(spans_file), "--html", str(page_path), "--trace-url", "phoenix"],
+        capture_output=True,
+        text=True,
+    )
+    assert process.returncode == 0, process.stderr
+    assert f"report: {page_path}" in process.stdout
+    page = page_path.read_text()
+    tasks_table = page[page.index("<h2 id='tasks'>") : page.index("</table>", page.index("<h2 id='tasks'>"))]
+    for label in TASK_LABELS:
+        assert re.search(rf"<td[^>]*>{re.escape(label)}</td>", tasks_table)
+    assert tasks_table.count('<tr class="flat">') == 2  # the two groups whose rewards are all equal
+    figures = build_report([spans_file], trace_url="phoenix")
+    rollouts = [*figures["time"]["slowest"], *figures["health"]["unhealthy"], *figures["errors"]["rollouts"]]
+    assert len(rollouts) == 13 + 4 + 1
+    links = set(re.findall(r'href="([^"]+)"', page))
+    for rollout in rollouts:
+        assert f"http://127.0.0.1:6006/redirects/traces/{rollout['trace_id']}" in links
+    # Pictures: reward per task, health, durations, drawn by plotly, whose script is inside the page.
+    assert page.count('class="plotly-graph-div"') == 3
+    assert "Reward per task" in page and "Dispatch durations" in page and "Failed checks, by rollouts hit" in page
+    assert "<script src=" not in page and "Plotly.newPlot" in page
+    assert page.count("plotly.js v") >= 1  # the library's own banner: embedded once
+
+
+def test_terminal_summary(demo_run: Any) -> None:
+    spans_file, _ = demo_run
+    process = subprocess.run(
+        [sys.executable, "-m", "gym_instrument.report", str(spans_file), "--no-html"], capture_output=True, text=True
+    )
+    assert process.returncode == 0, process.stderr
+    out = process.stdout
+    assert "run: 4 tasks, 13 dispatches (1 failed), 10 rewarded, 1 masked, 1 without a numeric reward" in out
+    assert "groups with all rewards equal (no learning signal): 2 of 4: geo-17 (all 1), #3 (all 1)" in out
+    assert "health: healthy 8, unhealthy 4" in out
+    assert "errors by error.type: rollout_pipeline.AgentUnavailable 1" in out
+    assert re.search(r"dispatch time: p50 [\d.]+ ms, p95 [\d.]+ ms, max [\d.]+ ms over 13 dispatches", out)
+    for label in TASK_LABELS:
+        assert re.search(rf"^{re.escape(label)}\s+3\s", out, re.MULTILINE)
+
+
+def _collector_shaped(line: str) -> str:
+    """The same batch as a generic protobuf JSON writer renders it: base64 ids, enum names, snake_case keys."""
+    batch = json.loads(line)
+
+    def b64(value: str) -> str:
+        return base64.b64encode(bytes.fromhex(value)).decode()
+
+    for resource in batch.pop("resourceSpans"):
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                span["traceId"], span["spanId"] = b64(span["traceId"]), b64(span["spanId"])
+                if "parentSpanId" in span:
+                    span["parentSpanId"] = b64(span["parentSpanId"])
+                span["kind"] = "SPAN_KIND_INTERNAL"
+                if span.get("status", {}).get("code") == 2:
+                    span["status"]["code"] = "STATUS_CODE_ERROR"
+                span["start_time_unix_nano"] = span.pop("startTimeUnixNano")
+        resource["scope_spans"] = resource.pop("scopeSpans")
+        batch.setdefault("resource_spans", []).append(resource)
+    return json.dumps(batch)
+
+
+def test_reads_other_writers_and_skips_what_is_not_spans(demo_run: Any, tmp_path: Path) -> None:
+    spans_file, _ = demo_run
+    lines = spans_file.read_text().splitlines()
+    folder = tmp_path / "collected"
+    folder.mkdir()
+    converted = [_collector_shaped(line) if "resourceSpans" in line else line for line in lines]
+    (folder / "a.jsonl").write_text("\n".join(converted[: len(converted) // 2]) + "\n\nnot json\n[1, 2]\n")
+    (folder / "b.json").write_text("\n".join(converted[len(converted) // 2 :]) + "\n")
+    (folder / "notes.txt").write_text("ignored: not a .json/.jsonl file\n")
+    original = build_report([spans_file])
+    again = build_report([folder])
+    assert again["source"]["skipped_lines"] == original["source"]["skipped_lines"] + 2
+    for key in ("run", "tasks", "health"):
+        assert again[key] == original[key]
+    assert again["time"]["p50_ms"] == original["time"]["p50_ms"]
+
+
+def _span(name: str, trace: int, attributes: dict[str, Any], start: int = 1, end: int = 2, status: int = 0) -> Span:
+    return Span(name, f"{trace:032x}", f"{trace * 4 + len(name):016x}", None, start, end, status, attributes, {})
+
+
+def test_verify_read_before_or_after_its_dispatch_joins_to_its_task() -> None:
+    """Two processes' files: the verify spans may come first, last, or mixed with the dispatches."""
+    dispatches = [
+        _span("gym.rollout.dispatch", trace, {"nemo.gym.task.id": f"t{trace % 3}", "nemo.gym.rollout.id": f"{trace}"})
+        for trace in range(30)
+    ]
+    verifies = [
+        _span("gym.verify", trace, {"nemo.gym.rollout.id": f"{trace}", "nemo.gym.rollout.reward": float(trace % 2)})
+        for trace in range(30)
+    ]
+    mixed = [span for pair in zip(verifies, dispatches, strict=True) for span in pair]
+    orders = [dispatches + verifies, verifies + dispatches, mixed]
+    results = []
+    for order in orders:
+        figures = RunFigures().add_all(order).figures()
+        results.append([(task["task"], task["rewarded"], task["mean_reward"]) for task in figures["tasks"]])
+        assert figures["run"]["verifies_without_dispatch"] == 0
+    assert results[0] == results[1] == results[2]
+    assert [rewarded for _, rewarded, _ in results[0]] == [10, 10, 10]
+
+    # The join holds what waits for its partner, up to join_capacity, oldest dropped first.
+    def lagging(lag: int) -> list[Span]:
+        order = []
+        for i, dispatch in enumerate(dispatches):
+            order.append(dispatch)
+            if i >= lag:
+                order.append(verifies[i - lag])
+        return order + verifies[len(dispatches) - lag :]
+
+    assert RunFigures(join_capacity=5).add_all(lagging(3)).figures()["run"]["verifies_without_dispatch"] == 0
+    assert RunFigures().add_all(lagging(10)).figures()["run"]["verifies_without_dispatch"] == 0
+    too_far = RunFigures(join_capacity=5).add_all(lagging(10)).figures()
+    assert too_far["run"]["verifies_without_dispatch"] == too_far["run"]["verifies_without_dispatch_rewarded"] == 30
+    assert sum(task["rewarded"] for task in too_far["tasks"]) == 0
+    assert [task["rollouts"] for task in too_far["tasks"]] == [10, 10, 10]  # dispatches are counted all the same
+
+
+def test_pass_at_k_and_duration_quantiles() -> None:
+    assert pass_at_k(3, 1, 1) == pytest.approx(1 / 3)
+    assert pass_at_k(3, 1, 2) == pytest.approx(2 / 3)  # 1 - C(2,2)/C(3,2)
+    assert pass_at_k(4, 0, 2) == 0.0 and pass_at_k(4, 3, 2) == 1.0
+    assert pass_at_k(10, 2, 5) == pytest.approx(1 - math.comb(8, 5) / math.comb(10, 5))
+    generator = random.Random(7)
+    durations = sorted(int(generator.lognormvariate(16, 1.5)) + 1 for _ in range(20_000))
+    sketch = DurationSketch()
+    for duration in durations:
+        sketch.add(duration)
+    for q in (0.5, 0.95, 0.99):
+        exact = durations[math.ceil(q * len(durations)) - 1]
+        assert sketch.quantile(q) == pytest.approx(exact, rel=0.02)
+    assert sketch.quantile(1.0) == durations[-1] and sketch.max == durations[-1]
+    assert sum(item["count"] for item in sketch.histogram()) == len(durations)
+
+
+def test_reader_counts_what_it_read(demo_run: Any) -> None:
+    spans_file, _ = demo_run
+    stats = ReadStats()
+    spans = list(read_spans(span_files([spans_file]), stats, progress=False))
+    assert stats.spans == len(spans) == 13 + 12 + 12
+    assert stats.other_signal_lines >= 1  # the metrics line the same exporter wrote
+    assert stats.bad_lines == 0
+
+
+def test_bad_arguments_exit_2_with_a_message(tmp_path: Path) -> None:
+    missing = subprocess.run([str(GYM_INSTRUMENT), "report", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "no such file or directory" in missing.stderr
+    (tmp_path / "empty.jsonl").write_text("")
+    bad = subprocess.run(
+        [str(GYM_INSTRUMENT), "report", str(tmp_path / "empty.jsonl"), "--trace-url", "http://x/{trace}"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "{trace_id}" in bad.stderr
+
+
+def test_importing_the_package_does_not_import_the_report() -> None:
+    heavy = "('plotly', 'tqdm', 'gym_instrument.report')"
+    code = f"import sys, gym_instrument; print(sorted(m for m in sys.modules if m.startswith({heavy})))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
