@@ -323,13 +323,7 @@ class RunFigures:
                     heapq.heappush(self.slowest, entry)
                 else:
                     heapq.heapreplace(self.slowest, entry)
-        rollout_id = attributes.get(semconv.ROLLOUT_ID)
-        rollout_id = rollout_id if type(rollout_id) is str else None
-        partner = self._take(span.trace_id, "verify", rollout_id)
-        if partner is not None:
-            self._score(task, partner)
-        else:
-            self._hold(span.trace_id, "dispatch", rollout_id, task)
+        self._meet(span, attributes, "dispatch", task)
 
     def _verify(self, span: Span, attributes: dict[str, Any]) -> None:
         self.verifies += 1
@@ -338,13 +332,19 @@ class RunFigures:
             float(reward) if type(reward) in (int, float) and math.isfinite(reward) else None,
             attributes.get(semconv.VERIFY_MASKED) is True,
         )
+        self._meet(span, attributes, "verify", result)
+
+    def _meet(self, span: Span, attributes: dict[str, Any], kind: str, payload: Any) -> None:
+        """Score a dispatch's task with its verify's result when the other one has been read; else wait for it."""
         rollout_id = attributes.get(semconv.ROLLOUT_ID)
         rollout_id = rollout_id if type(rollout_id) is str else None
-        task = self._take(span.trace_id, "dispatch", rollout_id)
-        if task is not None:
-            self._score(task, result)
+        partner = self._take(span.trace_id, "verify" if kind == "dispatch" else "dispatch", rollout_id)
+        if partner is None:
+            self._hold(span.trace_id, kind, rollout_id, payload)
+        elif kind == "dispatch":
+            self._score(payload, partner)
         else:
-            self._hold(span.trace_id, "verify", rollout_id, result)
+            self._score(partner, payload)
 
     def _score(self, task: TaskStats, result: tuple[float | None, bool]) -> None:
         reward, masked = result
