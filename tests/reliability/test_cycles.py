@@ -22,9 +22,12 @@ from .support import Sink
 
 CYCLES = 1000
 WARM_UP = 100
-# Growth allowed between cycle 100 and cycle 1,000: less than 100 bytes per cycle. A wrapper,
-# hook, patch record or closure kept per cycle is several hundred bytes.
-MEMORY_GROWTH_BOUND = 90_000
+# Growth allowed per 300 cycles after the warm-up: less than 100 bytes per cycle. A wrapper, hook,
+# patch record or closure kept per cycle is several hundred bytes, in every stretch of cycles. A
+# one-off allocation of the interpreter's (its interned-string table resizing, once, when the
+# suite has imported enough modules) lands in one stretch only: the median stretch is judged.
+CHECKPOINTS = (100, 400, 700, 1000)
+MEMORY_GROWTH_BOUND = 30_000
 
 LAZY_SOURCE = """
 def dispatch(row):
@@ -85,6 +88,7 @@ def test_a_thousand_cycles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     spans_per_cycle: set[int] = set()
     subclasses_made = 0
 
+    memory: list[int] = []
     gc.collect()
     tracemalloc.start()
     try:
@@ -103,11 +107,9 @@ def test_a_thousand_cycles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
             calls(cycle)  # not traced once uninstrumented
             spans_per_cycle.add(len(sink.spans()))
             sink.clear()
-            if cycle == WARM_UP - 1:
+            if cycle + 1 in CHECKPOINTS:
                 gc.collect()
-                memory_at_warm_up = tracemalloc.get_traced_memory()[0]
-        gc.collect()
-        memory_at_end = tracemalloc.get_traced_memory()[0]
+                memory.append(tracemalloc.get_traced_memory()[0])
     finally:
         tracemalloc.stop()
         if instrumentor.is_instrumented_by_opentelemetry:
@@ -124,8 +126,8 @@ def test_a_thousand_cycles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert spans_per_cycle <= {7, 8} and 7 in spans_per_cycle
     # wrapt cannot remove a post-import hook: the package keeps one per module for the process.
     assert wrapt_hooks(lazy_name) <= 1
-    growth = memory_at_end - memory_at_warm_up
-    assert growth < MEMORY_GROWTH_BOUND, f"memory grew {growth} bytes from cycle {WARM_UP} to {CYCLES}"
+    growths = [later - earlier for earlier, later in zip(memory, memory[1:])]
+    assert sorted(growths)[1] < MEMORY_GROWTH_BOUND, f"memory grew {growths} bytes over cycles {CHECKPOINTS}"
 
     # The module imported after all those cycles, while not instrumented: left alone.
     lazy = importlib.import_module(lazy_name)
