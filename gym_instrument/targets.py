@@ -2,8 +2,9 @@
 
 A :class:`Target` names a function by import path (``"package.module:Qualified.name"``) and a
 role. The :class:`Patcher` wraps it with wrapt when its module is imported — now, if it already
-is, or later through a post-import hook — and, for a method, also every override of it in a
-subclass, existing or defined later (``__init_subclass__`` on the base class). ``restore()``
+is, or later through a post-import hook — and, for a method, also the function every subclass
+resolves it to, existing or defined later (``__init_subclass__`` on the base class): an override,
+or a mixin's method that comes before the base in the subclass's MRO. ``restore()``
 puts back every original object it replaced (classmethod and staticmethod objects included)
 and disarms pending hooks; the wrapt hook registry only grows by one entry per module ever.
 """
@@ -221,12 +222,27 @@ class Patcher:
             if id(subclass) in seen:
                 continue
             seen.add(id(subclass))
-            if attribute in vars(subclass):
-                self._wrap(subclass, attribute, target)
+            try:
+                self._wrap_resolved(base, subclass, attribute, target)
+            except Exception as error:  # one odd subclass (a property, a non-callable) leaves the others wrapped
+                _LOG.warning("gym_instrument: override %s.%s not instrumented: %s", subclass.__qualname__, attribute, error)
             pending.extend(type.__subclasses__(subclass))
         if base not in self._watched:
             self._watch_subclasses(base)
         self._watched.setdefault(base, []).append(target)
+
+    def _wrap_resolved(self, base: type, subclass: type, attribute: str, target: Target) -> None:
+        """Wrap the function a subclass's attribute resolves to, in the class of its MRO that defines
+        it: the subclass (an override), a base between it and ``base``, or a mixin that is no subclass
+        of ``base`` at all (NeMo Gym 0.7.0's ``SimpleWeatherResourcesServer`` takes ``verify`` from
+        ``SimpleWeatherVerifier``). Wrapped once where it is defined, so a mixin reachable through two
+        subclasses is one wrapper, and one span per call."""
+        for owner in subclass.__mro__:
+            if owner is base:
+                return  # resolves to the base's own function, wrapped with the base
+            if attribute in vars(owner):
+                self._wrap(owner, attribute, target)
+                return
 
     def _watch_subclasses(self, base: type) -> None:
         patcher = self
@@ -248,9 +264,8 @@ class Patcher:
         for target in self._watched.get(base, ()):
             attribute = target.qualname.rsplit(".", 1)[-1]
             try:
-                if attribute in vars(subclass):
-                    with self._lock:
-                        self._wrap(subclass, attribute, target)
+                with self._lock:
+                    self._wrap_resolved(base, subclass, attribute, target)
             except Exception as error:
                 _LOG.warning("gym_instrument: override %s.%s not instrumented: %s", subclass.__qualname__, attribute, error)
 

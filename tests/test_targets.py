@@ -140,6 +140,72 @@ def test_subclass_overrides_existing_and_future(make_module: Any, instrument: An
     assert rewards == [1.0, 0.5, 0.0, 0.0]
 
 
+MIXIN_SOURCE = """
+class SimpleResourcesServer:
+    async def verify(self, body):
+        return {"reward": 0.0}
+
+
+class WeatherVerifier:
+    \"\"\"A mixin that is no SimpleResourcesServer subclass (as NeMo Gym 0.7.0's SimpleWeatherVerifier).\"\"\"
+
+    async def verify(self, body):
+        return {"reward": 1.0 if body.get("answer") == "sunny" else 0.0}
+
+
+class WeatherServer(WeatherVerifier, SimpleResourcesServer):
+    pass
+"""
+
+
+def test_verify_from_a_mixin_is_reached_wherever_the_mro_defines_it(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    module = importlib.import_module(make_module(MIXIN_SOURCE))
+    mixin_original = module.WeatherVerifier.__dict__["verify"]
+    instrumentor = instrument(targets=[f"{module.__name__}:SimpleResourcesServer.verify=verify"])
+
+    class Middle(module.WeatherVerifier, module.SimpleResourcesServer):  # a second server on the same mixin
+        __module__ = "__main__"  # defined in a server's app.py, after instrumenting
+
+    class Leaf(Middle):  # the mixin is a base of a base
+        pass
+
+    class OwnOverride(module.WeatherServer):
+        async def verify(self, body: Any) -> Any:
+            return {"reward": 0.25}
+
+    async def run() -> list[Any]:
+        return [
+            await module.WeatherServer().verify({"answer": "sunny"}),
+            await Middle().verify({"answer": "rain"}),
+            await Leaf().verify({"answer": "sunny"}),
+            await OwnOverride().verify({}),
+            await module.SimpleResourcesServer().verify({}),
+        ]
+
+    assert asyncio.run(run()) == [{"reward": 1.0}, {"reward": 0.0}, {"reward": 1.0}, {"reward": 0.25}, {"reward": 0.0}]
+    rewards = [span.attributes[semconv.ROLLOUT_REWARD] for span in telemetry.spans(semconv.SPAN_VERIFY)]
+    assert rewards == [1.0, 0.0, 1.0, 0.25, 0.0]  # exactly one verify span per call
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == 5
+    instrumentor.uninstrument()
+    assert module.WeatherVerifier.__dict__["verify"] is mixin_original
+    assert "verify" not in Middle.__dict__ and "verify" not in module.WeatherServer.__dict__
+
+
+def test_a_mixin_after_the_base_in_the_mro_is_not_what_verify_resolves_to(
+    make_module: Any, instrument: Any, telemetry: Any
+) -> None:
+    module = importlib.import_module(make_module(MIXIN_SOURCE.partition("class WeatherServer")[0]))
+    mixin_original = module.WeatherVerifier.__dict__["verify"]
+    instrument(targets=[f"{module.__name__}:SimpleResourcesServer.verify=verify"])
+
+    class BaseFirst(module.SimpleResourcesServer, module.WeatherVerifier):
+        pass
+
+    assert asyncio.run(BaseFirst().verify({"answer": "sunny"})) == {"reward": 0.0}  # the base's own verify
+    assert module.WeatherVerifier.__dict__["verify"] is mixin_original  # never reached, never wrapped
+    assert len(telemetry.spans(semconv.SPAN_VERIFY)) == 1
+
+
 def test_override_calling_super_is_one_span(make_module: Any, instrument: Any, telemetry: Any) -> None:
     module = importlib.import_module(make_module())
     instrument(targets=[f"{module.__name__}:SimpleResourcesServer.verify=verify"])
