@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from gym_instrument.job import JOB_LINK, JOB_MODES
 from gym_instrument.targets import Target
 
 _LOG = logging.getLogger("gym_instrument")
@@ -21,6 +22,7 @@ ENV_TARGETS = "OTEL_PYTHON_GYM_TARGETS"
 ENV_PRESETS = "OTEL_PYTHON_GYM_PRESETS"
 ENV_LINK_CAPACITY = "OTEL_PYTHON_GYM_LINK_CAPACITY"
 ENV_BAGGAGE = "OTEL_PYTHON_GYM_BAGGAGE"
+ENV_JOB_CONTEXT = "OTEL_PYTHON_GYM_JOB_CONTEXT"
 
 DEFAULT_PRESETS = ("nemo_gym",)
 DEFAULT_LINK_CAPACITY = 1_000_000
@@ -70,6 +72,13 @@ def parse_bool(value: str | bool) -> bool:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
+def parse_job_mode(value: str) -> str:
+    mode = str(value).strip().lower()
+    if mode not in JOB_MODES:
+        raise ValueError(f"job context must be one of {', '.join(JOB_MODES)}, got {value!r}")
+    return mode
+
+
 @dataclass(frozen=True)
 class Setting:
     env: str
@@ -84,12 +93,14 @@ class GymConfig:
     presets: tuple[str, ...] = DEFAULT_PRESETS
     link_capacity: int = DEFAULT_LINK_CAPACITY
     baggage: bool = True
+    job_context: str = JOB_LINK
 
     SETTINGS: ClassVar[dict[str, Setting]] = {
         "targets": Setting(ENV_TARGETS, parse_targets),
         "presets": Setting(ENV_PRESETS, parse_presets),
         "link_capacity": Setting(ENV_LINK_CAPACITY, parse_capacity),
         "baggage": Setting(ENV_BAGGAGE, parse_bool),
+        "job_context": Setting(ENV_JOB_CONTEXT, parse_job_mode),
     }
 
     @classmethod

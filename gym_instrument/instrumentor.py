@@ -33,7 +33,9 @@ objects or ``"module:Qualified.name=role"`` strings, on top of the presets), ``p
 (default ``["nemo_gym"]``; ``"none"`` arms none), ``extractors`` (role -> callables),
 ``replace_default_extractors`` (roles whose defaults your extractors replace), ``link_capacity``
 (dispatch span contexts remembered for their health verdicts, default 1,000,000) and
-``baggage`` (False keeps the rollout id in-process instead of in W3C baggage).
+``baggage`` (False keeps the rollout id in-process instead of in W3C baggage) and
+``job_context`` (``"link"``, ``"parent"`` or ``"ignore"``: how a dispatch span with no other parent
+is tied to the ``TRACEPARENT`` the process was started with).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from gym_instrument import semconv
 from gym_instrument.config import ENV_TARGETS, GymConfig
 from gym_instrument.extract import Extractor
+from gym_instrument.job import job_context
 from gym_instrument.linkage import DispatchLinks
 from gym_instrument.package import _instruments
 from gym_instrument.presets import PRESETS
@@ -111,6 +114,7 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             DispatchLinks(config.link_capacity),
             config.baggage,
             remembers=any(target.role == semconv.ROLE_HEALTH for target in targets),
+            job=job_context(config.job_context),
         )
         patcher = Patcher(extractors, replace_defaults)
         GymInstrumentor._patcher = patcher

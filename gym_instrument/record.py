@@ -206,6 +206,63 @@ def _context_keys() -> tuple[str, str] | None:
 CONTEXT_KEYS = _context_keys()
 
 
+class FrameworkSpan(Span):
+    """A framework's own span of the same meaning as ours, which this package writes to and never ends.
+
+    When the call being traced already runs inside a recording span of the role's name made by
+    the framework itself (NeMo Gym 0.7.0's ``gym.verify`` around ``/verify``), the role's
+    attributes go on that span instead of a second one of the same name. The framework ends it;
+    an exception is marked (``error.type``, status ERROR) but not recorded as an event, which
+    the framework's own span does when the exception reaches it.
+    """
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def end(self, end_time: int | None = None) -> None:
+        pass  # the framework's to end
+
+    def get_span_context(self) -> trace.SpanContext:
+        return self.span.get_span_context()
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        self.span.set_attributes(attributes)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.span.set_attribute(key, value)
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        self.span.add_event(name, attributes, timestamp)
+
+    def update_name(self, name: str) -> None:
+        pass  # the framework's span keeps its name
+
+    def is_recording(self) -> bool:
+        return self.span.is_recording()
+
+    def set_status(self, status: Any, description: str | None = None) -> None:
+        self.span.set_status(status, description)
+
+    def record_exception(
+        self, exception: BaseException, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
+    ) -> None:
+        pass  # see the class docstring
+
+
+def framework_span(current: Context, span_name: str) -> Span | None:
+    """The span of ``current`` when it is recording, named ``span_name`` and made by another
+    instrumentation than this package (a framework's own telemetry); else None."""
+    span = current.get(CONTEXT_KEYS[0]) if CONTEXT_KEYS is not None else trace.get_current_span(current)
+    if span is None or getattr(span, "name", None) != span_name or not span.is_recording():
+        return None
+    scope = getattr(span, "instrumentation_scope", None)
+    if scope is not None and getattr(scope, "name", None) == semconv.INSTRUMENTATION_NAME:
+        return None  # ours: a nested call of another object starts its own span
+    return span
+
+
 class Recorder:
     """The tracer, meter and instruments one ``instrument()`` (or one decorator) records with."""
 
@@ -258,7 +315,10 @@ class Recorder:
                     message: str | None = str(exception)
                 except Exception:
                     message = None
-                if message is not None and utf8_safe(message) is message and utf8_safe(kind) is kind:
+                if type(span) is FrameworkSpan:
+                    message = utf8_safe(message) if message is not None else f"<{type(exception).__name__}: str() failed>"
+                    kind = utf8_safe(kind)
+                elif message is not None and utf8_safe(message) is message and utf8_safe(kind) is kind:
                     span.record_exception(exception, escaped=True)
                 else:
                     # str() raises, or says something OTLP cannot carry (one such string makes the

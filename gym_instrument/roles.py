@@ -47,8 +47,17 @@ from gym_instrument.extract import (
     verdict_identity,
     verdicts_of,
 )
+from gym_instrument.job import JobContext, has_parent
 from gym_instrument.linkage import DispatchLinks
-from gym_instrument.record import CONTEXT_KEYS, FAILURES, SUPPRESSION_KEYS, Recorder, run_extractors
+from gym_instrument.record import (
+    CONTEXT_KEYS,
+    FAILURES,
+    SUPPRESSION_KEYS,
+    FrameworkSpan,
+    Recorder,
+    framework_span,
+    run_extractors,
+)
 
 # (role, object) of the gym call running in a context, kept in the context the call attaches: a
 # nested call of the same role on the same object (an override calling super(), a function
@@ -68,15 +77,24 @@ _VERDICT_ATTRIBUTES = {verdict: {"verdict": verdict} for verdict in (*semconv.KN
 
 class Setup:
     """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting,
-    and whether ended dispatches are remembered (only when a health function could ask for them)."""
+    whether ended dispatches are remembered (only when a health function could ask for them), and
+    the job context of the process's environment that root dispatch spans are tied to."""
 
-    __slots__ = ("links", "propagate_baggage", "recorder", "remembers")
+    __slots__ = ("job", "links", "propagate_baggage", "recorder", "remembers")
 
-    def __init__(self, recorder: Recorder, links: DispatchLinks, propagate_baggage: bool, remembers: bool = True) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        links: DispatchLinks,
+        propagate_baggage: bool,
+        remembers: bool = True,
+        job: JobContext | None = None,
+    ) -> None:
         self.recorder = recorder
         self.links = links
         self.propagate_baggage = propagate_baggage
         self.remembers = remembers
+        self.job = job
         links.on_evicted = partial(recorder.count, semconv.METRIC_LINK_EVICTIONS, None)
 
 
@@ -87,8 +105,15 @@ class Engine:
         self.setup = Setup(Recorder(), DispatchLinks(1_000_000), True)
         self.health_decorated = False  # a function decorated with @health exists: dispatches are remembered
 
-    def configure(self, recorder: Recorder, links: DispatchLinks, propagate_baggage: bool, remembers: bool = True) -> None:
-        self.setup = Setup(recorder, links, propagate_baggage, remembers or self.health_decorated)
+    def configure(
+        self,
+        recorder: Recorder,
+        links: DispatchLinks,
+        propagate_baggage: bool,
+        remembers: bool = True,
+        job: JobContext | None = None,
+    ) -> None:
+        self.setup = Setup(recorder, links, propagate_baggage, remembers or self.health_decorated, job)
 
     def expect_verdicts(self) -> None:
         """A health function was decorated: remember dispatches from now on, whatever the configuration."""
@@ -150,6 +175,19 @@ class Role:
         """The span's start attributes from the role's default extractors, and the rollout's identity."""
         return {}, None
 
+    def passes_through(self, row: Any, current: Context) -> bool:
+        """A call whose target's conditions hold but which is not this role's (it runs untouched)."""
+        return False
+
+    def open_span(self, tracer: trace.Tracer, setup: Setup, current: Context, attributes: dict[str, Any]) -> Span:
+        """The call's span: a new one, or the framework's own span of the same name that it runs in."""
+        outer = framework_span(current, self.span_name)  # type: ignore[arg-type]
+        if outer is not None:
+            if attributes:
+                outer.set_attributes(attributes)
+            return FrameworkSpan(outer)
+        return tracer.start_span(self.span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes)  # type: ignore[arg-type]
+
     def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
         raise NotImplementedError
 
@@ -167,6 +205,26 @@ class DispatchRole(Role):
     def start_attributes(self, binding: Binding, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         identity = rollout_identity(row)  # it names the span and the baggage whatever the extractors
         return (identity_attributes(identity) if binding.defaults else {}), identity
+
+    def passes_through(self, row: Any, current: Context) -> bool:
+        # A relay of a rollout already in flight (NeMo Gym 0.7.0's environment server forwards the
+        # agent's /run as bytes): no row of its own, and the context already names a rollout. It is
+        # not a new dispatch; the HTTP spans around it keep the trace unbroken.
+        return row is None and (
+            baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID, current) is not None
+            or context.get_value(ROLLOUT_ID_CONTEXT_KEY, current) is not None
+        )
+
+    def open_span(self, tracer: trace.Tracer, setup: Setup, current: Context, attributes: dict[str, Any]) -> Span:
+        job = setup.job
+        if job is None or has_parent(current):
+            return Role.open_span(self, tracer, setup, current, attributes)
+        # A root dispatch in a process started for a job (TRACEPARENT): linked to it, or its child.
+        if job.as_parent:
+            return tracer.start_span(
+                self.span_name, context=job.parent_of(current), kind=SpanKind.INTERNAL, attributes=attributes
+            )  # type: ignore[arg-type]
+        return tracer.start_span(self.span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes, links=job.links)  # type: ignore[arg-type]
 
     def on_end(self, active: Active, result: Any, exception: BaseException | None) -> None:
         span = active.span
@@ -419,7 +477,8 @@ class Binding:
     def start(
         self, tracer: trace.Tracer, setup: Setup, current: Context, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Active | None:
-        """Start the span for one call (health, isolate: no span) and its context; None if that failed."""
+        """Start the span for one call (health, isolate: no span) and its context; None when the call
+        is not the role's (a relay) or starting failed: it then runs untouched."""
         role = self.role
         span = rollout_id = None
         try:
@@ -428,6 +487,8 @@ class Binding:
             if role.span_name is not None:
                 found = self.locator.find(instance, args, kwargs)
                 row = None if found is MISSING else found
+                if role.passes_through(row, current):
+                    return None
                 if call is not None:
                     call._row = row
                 try:
@@ -442,9 +503,7 @@ class Binding:
                         call._identity = identity
                 if self.start_plan:
                     run_extractors(self.start_plan, call, attributes)
-                span = active.span = tracer.start_span(
-                    role.span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes
-                )
+                span = active.span = role.open_span(tracer, setup, current, attributes)
         except Exception:
             FAILURES.failed("start of", role)
             return None
@@ -581,7 +640,6 @@ def _async_wrapper(binding: Binding) -> Callable[..., Any]:
 
 def _short_sync_wrapper(binding: Binding) -> Callable[..., Any]:
     role, admit, find = binding.role, binding.admit, binding.locator.find
-    span_name = role.span_name
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         admitted = admit(instance, args, kwargs)
@@ -591,14 +649,20 @@ def _short_sync_wrapper(binding: Binding) -> Callable[..., Any]:
         setup = ENGINE.setup
         try:
             row = find(instance, args, kwargs)
-            try:
-                attributes, identity = role.start_attributes(binding, None if row is MISSING else row, current)
-            except Exception:  # as an extractor's failure: logged once, the span goes on without
-                FAILURES.failed("default extractor of", role)
-                attributes, identity = {}, None
-            span = tracer.start_span(span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes)  # type: ignore[arg-type]
+            row = None if row is MISSING else row
+            if role.passes_through(row, current):
+                span = None
+            else:
+                try:
+                    attributes, identity = role.start_attributes(binding, row, current)
+                except Exception:  # as an extractor's failure: logged once, the span goes on without
+                    FAILURES.failed("default extractor of", role)
+                    attributes, identity = {}, None
+                span = role.open_span(tracer, setup, current, attributes)
         except Exception:
             FAILURES.failed("start of", role)
+            span = None
+        if span is None:
             return wrapped(*args, **kwargs)
         token = _attach_call_context(binding, setup, current, span, identity, instance)
         try:
@@ -614,7 +678,6 @@ def _short_sync_wrapper(binding: Binding) -> Callable[..., Any]:
 
 def _short_async_wrapper(binding: Binding) -> Callable[..., Any]:
     role, admit, find = binding.role, binding.admit, binding.locator.find
-    span_name = role.span_name
 
     # The span starts when the coroutine starts running, so a coroutine never awaited leaves no span.
     async def traced(tracer: trace.Tracer, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -622,14 +685,20 @@ def _short_async_wrapper(binding: Binding) -> Callable[..., Any]:
         setup = ENGINE.setup
         try:
             row = find(instance, args, kwargs)
-            try:
-                attributes, identity = role.start_attributes(binding, None if row is MISSING else row, current)
-            except Exception:  # as an extractor's failure: logged once, the span goes on without
-                FAILURES.failed("default extractor of", role)
-                attributes, identity = {}, None
-            span = tracer.start_span(span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes)  # type: ignore[arg-type]
+            row = None if row is MISSING else row
+            if role.passes_through(row, current):
+                span = None
+            else:
+                try:
+                    attributes, identity = role.start_attributes(binding, row, current)
+                except Exception:  # as an extractor's failure: logged once, the span goes on without
+                    FAILURES.failed("default extractor of", role)
+                    attributes, identity = {}, None
+                span = role.open_span(tracer, setup, current, attributes)
         except Exception:
             FAILURES.failed("start of", role)
+            span = None
+        if span is None:
             return await wrapped(*args, **kwargs)
         token = _attach_call_context(binding, setup, current, span, identity, instance)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,10 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from gym_instrument import semconv
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "demo"))
-
-import run_demo
 
 LOOP = '''
 """A rollout loop with no telemetry code at all."""
@@ -73,7 +70,18 @@ def run_instrumented(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedPr
 
 
 def console_spans(stdout: str) -> list[dict[str, Any]]:
-    return [value for value in run_demo.json_objects(stdout) if "context" in value]
+    """The spans the console exporter printed, one JSON object after another."""
+    decoder, spans, index = json.JSONDecoder(), [], stdout.find("{")
+    while index != -1:
+        try:
+            value, end = decoder.raw_decode(stdout, index)
+        except json.JSONDecodeError:
+            index = stdout.find("{", index + 1)
+            continue
+        if isinstance(value, dict) and "context" in value:
+            spans.append(value)
+        index = stdout.find("{", end)
+    return spans
 
 
 def test_three_span_kinds_with_no_code(tmp_path: Path) -> None:
@@ -125,3 +133,18 @@ def test_presets_none_and_the_nemo_gym_preset_absent(tmp_path: Path) -> None:
     assert process.returncode == 0, process.stderr
     assert "gym_instrument" not in process.stderr
     assert len([span for span in spans if span["name"] == semconv.SPAN_VERIFY]) == 4
+
+
+def test_a_job_started_with_traceparent_links_every_rollout(tmp_path: Path) -> None:
+    """A shell script or CI job that opened a span starts the collector with TRACEPARENT set."""
+    job_trace, job_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    process, spans = run_instrumented(tmp_path, OTEL_PYTHON_GYM_TARGETS=TARGETS, TRACEPARENT=f"00-{job_trace}-{job_span}-01")
+    assert process.returncode == 0, process.stderr
+    dispatches = [span for span in spans if span["name"] == semconv.SPAN_DISPATCH]
+    assert len(dispatches) == 4
+    for span in dispatches:
+        assert span["parent_id"] is None
+        assert [(link["context"]["trace_id"], link["context"]["span_id"]) for link in span["links"]] == [
+            (f"0x{job_trace}", f"0x{job_span}")
+        ]
+    assert len({span["context"]["trace_id"] for span in dispatches}) == 4
