@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 import cases  # benchmarks/ is the script's directory, first on sys.path
+import report_memory
 from cases import FULL, QUICK, Row
 
 HERE = Path(__file__).resolve().parent
@@ -304,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(cases.CASES[name](sizes))
         print(f"{time.perf_counter() - case_started:.1f} s", flush=True)
     text = report(rows, options.quick, time.perf_counter() - started, header)
+    text = report_memory.keep_section(options.output, text)  # its own section: python benchmarks/report_memory.py
     options.output.write_text(text)
     print()
     print(text)
