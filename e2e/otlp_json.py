@@ -2,9 +2,7 @@
 
 `oteltap` prints each received span and metric as the protobuf JSON mapping of the OTLP
 message (`traceId`/`spanId` in hex, attributes as `{"key", "value": {"stringValue": …}}`).
-Lines that are not JSON (the receiver's own banner) are skipped, and so are, before parsing, metrics
-other than the package's own: under the launcher every Ray and HTTP process exports its metrics
-each second, which is most of the lines.
+Lines that are not JSON (the receiver's own banner) are skipped.
 """
 
 from __future__ import annotations
@@ -117,8 +115,7 @@ class Received:
     metric_points: list[MetricPoint]
 
 
-def read_received(path: Path, metric_prefix: str = "gym.") -> Received:
-    """Every span, and the metric points whose name starts with `metric_prefix`."""
+def read_received(path: Path) -> Received:
     spans: list[Span] = []
     metric_points: list[MetricPoint] = []
     if not path.exists():
@@ -128,8 +125,6 @@ def read_received(path: Path, metric_prefix: str = "gym.") -> Received:
             line = line.strip()
             if not line.startswith("{"):
                 continue
-            if '"spanId"' not in line and f'"name":"{metric_prefix}' not in line:
-                continue  # a metric nobody asked for (Ray's, HTTP's): not worth parsing
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
