@@ -3,17 +3,21 @@
 No model runs here: answers are fixed. For a multiple-choice task the server answers right
 on the first, third, ... request for a prompt and wrong on the second, fourth, ..., so two
 repeats of one task get different rewards. When tools are offered and no tool output is in
-the input yet, it calls the first tool. It serves the OpenAI Responses API (`/v1/responses`,
-what NeMo Gym's `openai_model` server calls) and Chat Completions (`/v1/chat/completions`,
-what `vllm_model` calls), on 127.0.0.1 only.
+the input yet, it calls the first tool. Every second reply to a prompt (the second, fourth, ...
+request carrying that prompt, whatever it answers) reports 0 output tokens in its usage: a
+real defect that NeMo Gym 0.7.0's health checks find (`model_call_zero_completion_tokens`)
+when model-call capture is on, so its verdicts are both `healthy` and `unhealthy`. It serves
+the OpenAI Responses API (`/v1/responses`, what NeMo Gym's `openai_model` server calls) and Chat
+Completions (`/v1/chat/completions`, what `vllm_model` calls), on 127.0.0.1 only.
 
 Standard library only, so it runs under any Python 3.9+.
 
 Usage:
     python model_server.py --answers tasks.jsonl --port-file port.txt --request-log requests.jsonl
 
-`--answers` is the e2e input JSONL: rows with `expected_answer` and `options` make the answer
-key, keyed by the text of the row's last user message. Every request is logged as one JSON
+`--answers` is an e2e input JSONL (repeatable): rows with `expected_answer` and `options` make
+the answer key, keyed by the text of the row's last user message; a materialized task row keeps
+them under `task_input` (`responses_create_params`, and `task_data`). Every request is logged as one JSON
 line (path, prompt key, answer kind, and the W3C `traceparent`/`baggage` headers it carried).
 """
 
@@ -29,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 MODEL_NAME = "scripted-model"
+INPUT_TOKENS = 20
+OUTPUT_TOKENS = 10
 
 
 def _message_text(content: Any) -> str:
@@ -54,6 +60,9 @@ def load_answer_key(path: Path) -> dict[str, dict[str, Any]]:
         if not line.strip():
             continue
         row = json.loads(line)
+        task_input = row.get("task_input")
+        if isinstance(task_input, dict):  # a materialized task row
+            row = {**task_input.get("task_data", {}), "responses_create_params": task_input["responses_create_params"]}
         if "expected_answer" not in row:
             continue
         user_text = last_user_text(row["responses_create_params"]["input"])
@@ -84,18 +93,24 @@ class Script:
             log_file.write(json.dumps(record, sort_keys=True) + "\n")
 
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], has_tool_output: bool) -> dict[str, Any]:
-        """One scripted turn: {"kind": "tool_call", "name", "arguments"} or {"kind", "text"}."""
+        """One scripted turn: {"kind", "output_tokens", and "name", "arguments" or "text"}."""
+        prompt = last_user_text(messages)
+        first_of_two = self._next_count(prompt) % 2 == 0
+        turn = self._turn(prompt, tools, has_tool_output, first_of_two)
+        turn["output_tokens"] = OUTPUT_TOKENS if first_of_two else 0
+        return turn
+
+    def _turn(self, prompt: str, tools: list[dict[str, Any]], has_tool_output: bool, first_of_two: bool) -> dict[str, Any]:
         if tools and not has_tool_output:
             tool = tools[0]
             name = tool.get("name") or (tool.get("function") or {}).get("name") or "tool"
             return {"kind": "tool_call", "name": name, "arguments": json.dumps({"city": "San Francisco"})}
-        prompt = last_user_text(messages)
         if has_tool_output:
             return {"kind": "final", "text": "It is cold in San Francisco; take a jacket."}
         answer = self.answer_key.get(prompt)
         if answer is None:
             return {"kind": "final", "text": "I do not know."}
-        if self._next_count(prompt) % 2 == 0:
+        if first_of_two:
             return {"kind": "right", "text": f"Thinking it over, the answer is \\boxed{{{answer['expected']}}}"}
         wrong = next((letter for letter in answer["letters"] if letter != answer["expected"]), "Z")
         return {"kind": "wrong", "text": f"Thinking it over, the answer is \\boxed{{{wrong}}}"}
@@ -134,11 +149,11 @@ def responses_body(request: dict[str, Any], turn: dict[str, Any]) -> dict[str, A
         "tool_choice": request.get("tool_choice") or "auto",
         "tools": request.get("tools") or [],
         "usage": {
-            "input_tokens": 20,
+            "input_tokens": INPUT_TOKENS,
             "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 10,
+            "output_tokens": turn["output_tokens"],
             "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": 30,
+            "total_tokens": INPUT_TOKENS + turn["output_tokens"],
         },
     }
 
@@ -163,7 +178,11 @@ def chat_completion_body(turn: dict[str, Any]) -> dict[str, Any]:
         "created": int(time.time()),
         "model": MODEL_NAME,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30},
+        "usage": {
+            "prompt_tokens": INPUT_TOKENS,
+            "completion_tokens": turn["output_tokens"],
+            "total_tokens": INPUT_TOKENS + turn["output_tokens"],
+        },
     }
 
 
@@ -215,6 +234,7 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 {
                     "path": path,
                     "kind": turn["kind"],
+                    "output_tokens": turn["output_tokens"],
                     "traceparent": self.headers.get("traceparent"),
                     "baggage": self.headers.get("baggage"),
                 }
@@ -226,13 +246,16 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--answers", type=Path, required=True, help="e2e input JSONL (the answer key)")
+    parser.add_argument(
+        "--answers", type=Path, action="append", required=True, help="e2e input JSONL (the answer key); repeatable"
+    )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
     parser.add_argument("--port-file", type=Path, help="write the bound port here once listening")
     parser.add_argument("--request-log", type=Path, help="append one JSON line per model request here")
     args = parser.parse_args()
 
-    script = Script(load_answer_key(args.answers), args.request_log)
+    answer_key = {prompt: answer for path in args.answers for prompt, answer in load_answer_key(path).items()}
+    script = Script(answer_key, args.request_log)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(script))
     server.daemon_threads = True
     port = server.server_address[1]
