@@ -2,7 +2,9 @@
 
 `oteltap` prints each received span and metric as the protobuf JSON mapping of the OTLP
 message (`traceId`/`spanId` in hex, attributes as `{"key", "value": {"stringValue": …}}`).
-Lines that are not JSON (the receiver's own banner) are skipped.
+Lines that are not JSON (the receiver's own banner) are skipped, and so are, before parsing, metrics
+other than the package's own: under the launcher every Ray and HTTP process exports its metrics
+each second, which is most of the lines.
 """
 
 from __future__ import annotations
@@ -115,7 +117,8 @@ class Received:
     metric_points: list[MetricPoint]
 
 
-def read_received(path: Path) -> Received:
+def read_received(path: Path, metric_prefix: str = "gym.") -> Received:
+    """Every span, and the metric points whose name starts with `metric_prefix`."""
     spans: list[Span] = []
     metric_points: list[MetricPoint] = []
     if not path.exists():
@@ -125,6 +128,8 @@ def read_received(path: Path) -> Received:
             line = line.strip()
             if not line.startswith("{"):
                 continue
+            if '"spanId"' not in line and f'"name":"{metric_prefix}' not in line:
+                continue  # a metric nobody asked for (Ray's, HTTP's): not worth parsing
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
