@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -17,7 +18,9 @@ from otlp_json import Received, Span
 
 DISPATCH_SPAN = "gym.rollout.dispatch"
 VERIFY_SPAN = "gym.verify"
+HEALTH_SPAN = "gym.rollout.health"
 REWARDED_COUNTER = "gym.rollout.rewarded_total"
+VERDICTS_COUNTER = "gym.rollout.verdicts"
 
 ROLLOUT_ID = "nemo.gym.rollout.id"
 TASK_ID = "nemo.gym.task.id"
@@ -25,6 +28,8 @@ TASK_INDEX = "nemo.gym.task.index"
 REPEAT = "nemo.gym.rollout.repeat"
 AGENT_NAME = "nemo.gym.agent.name"
 REWARD = "nemo.gym.rollout.reward"
+VERDICT = "nemo.gym.health.verdict"
+CHECKS = "nemo.gym.health.checks"
 
 TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id")
 
@@ -33,6 +38,7 @@ TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id")
 class Report:
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    spans_checked: Counter[str] = field(default_factory=Counter)  # gym spans checked, by name
 
     def fail(self, message: str) -> None:
         self.failures.append(message)
@@ -49,9 +55,19 @@ class Rollout:
 
     task_index: int
     rollout_index: int
-    agent_name: str
     row: dict[str, Any]
     reward: float | None
+
+    @property
+    def native(self) -> bool:
+        """A materialized task row (`task_id.taskset` plus `task_input`), dispatched as a native episode."""
+        return isinstance(self.row.get("task_id"), dict) and "task_input" in self.row
+
+    @property
+    def agent_name(self) -> str | None:
+        """The row's `agent_ref.name`; a native episode body names no agent."""
+        agent_ref = self.row.get("agent_ref")
+        return None if self.native or not isinstance(agent_ref, dict) else agent_ref.get("name")
 
     @property
     def rollout_id(self) -> str:
@@ -77,7 +93,11 @@ class Rollout:
 
 
 def join_rollouts(materialized_rows: list[dict[str, Any]], results: list[dict[str, Any]], report: Report) -> list[Rollout]:
-    """Pair each result in rollouts.jsonl with the row that was dispatched for it."""
+    """Pair each result in rollouts.jsonl with the row that was dispatched for it.
+
+    Results do not carry all of the input's fields (0.7.0's carry none of its dataset fields,
+    task_id included), the materialized inputs do: joined on (_ng_task_index, _ng_rollout_index).
+    """
     rows_by_key = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in materialized_rows}
     rollouts = []
     for result in results:
@@ -90,7 +110,6 @@ def join_rollouts(materialized_rows: list[dict[str, Any]], results: list[dict[st
             Rollout(
                 task_index=key[0],
                 rollout_index=key[1],
-                agent_name=result["agent_ref"]["name"],
                 row=row,
                 reward=float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
             )
@@ -123,38 +142,37 @@ def _ancestry(span: Span, spans_by_id: dict[str, Span]) -> list[Span]:
     return chain
 
 
-def check_gym_spans(rollouts: list[Rollout], received: Received, report: Report) -> None:
-    """Per rollout: one dispatch span with the row's identity, one verify span with its reward."""
+def _one_per_rollout(rollouts: list[Rollout], received: Received, span_name: str, report: Report) -> dict[str, list[Span]]:
+    """The spans of one name by rollout id, after checking there are as many as rollouts, none a stranger."""
+    total = sum(1 for span in received.spans if span.name == span_name)
+    report.spans_checked[span_name] += total
+    report.check(
+        total == len(rollouts),
+        f"expected {len(rollouts)} `{span_name}` spans (one per rollout in rollouts.jsonl), got {total}",
+    )
+    grouped = _by_rollout_id(received.spans, span_name, report)
+    for unexpected in sorted(set(grouped) - {rollout.rollout_id for rollout in rollouts}):
+        report.fail(f"`{span_name}` with {ROLLOUT_ID}={unexpected!r} matches no rollout in rollouts.jsonl")
+    return grouped
+
+
+def check_gym_spans(rollouts: list[Rollout], received: Received, report: Report) -> dict[str, Span]:
+    """Per rollout: one dispatch span with the row's identity, one verify span with its reward.
+
+    Returns the dispatch span of each rollout id that has exactly one.
+    """
     spans_by_id = {span.span_id: span for span in received.spans}
-    dispatches = _by_rollout_id(received.spans, DISPATCH_SPAN, report)
-    verifies = _by_rollout_id(received.spans, VERIFY_SPAN, report)
-    expected_ids = {rollout.rollout_id for rollout in rollouts}
+    dispatches = _one_per_rollout(rollouts, received, DISPATCH_SPAN, report)
+    verifies = _one_per_rollout(rollouts, received, VERIFY_SPAN, report)
 
-    dispatch_count = sum(len(v) for v in dispatches.values())
-    verify_count = sum(len(v) for v in verifies.values())
-    report.notes.append(
-        f"{DISPATCH_SPAN}: {dispatch_count} spans; {VERIFY_SPAN}: {verify_count} spans; rollouts: {len(rollouts)}"
-    )
-    report.check(
-        dispatch_count == len(rollouts),
-        f"expected {len(rollouts)} `{DISPATCH_SPAN}` spans (one per rollout in rollouts.jsonl), got {dispatch_count}",
-    )
-    report.check(
-        verify_count == len(rollouts),
-        f"expected {len(rollouts)} `{VERIFY_SPAN}` spans (one per rollout in rollouts.jsonl), got {verify_count}",
-    )
-    for unexpected in sorted(set(dispatches) - expected_ids):
-        report.fail(f"`{DISPATCH_SPAN}` with {ROLLOUT_ID}={unexpected!r} matches no rollout in rollouts.jsonl")
-    for unexpected in sorted(set(verifies) - expected_ids):
-        report.fail(f"`{VERIFY_SPAN}` with {ROLLOUT_ID}={unexpected!r} matches no rollout in rollouts.jsonl")
-
+    matched: dict[str, Span] = {}
     dispatch_traces: dict[str, str] = {}
     for rollout in rollouts:
         rid = rollout.rollout_id
         found = dispatches.get(rid, [])
         if not report.check(len(found) == 1, f"rollout {rid}: expected 1 `{DISPATCH_SPAN}`, got {len(found)}"):
             continue
-        dispatch = found[0]
+        dispatch = matched[rid] = found[0]
         attrs = dispatch.attributes
         report.check(dispatch.kind == "INTERNAL", f"rollout {rid}: dispatch span kind is {dispatch.kind}, not INTERNAL")
         report.check(dispatch.status != "ERROR", f"rollout {rid}: dispatch span status is ERROR")
@@ -174,10 +192,16 @@ def check_gym_spans(rollouts: list[Rollout], received: Received, report: Report)
                 attrs.get(TASK_ID) == expected_task_id,
                 f"rollout {rid}: {TASK_ID}={attrs.get(TASK_ID)!r}, expected {expected_task_id!r}",
             )
-        report.check(
-            attrs.get(AGENT_NAME) == rollout.agent_name,
-            f"rollout {rid}: {AGENT_NAME}={attrs.get(AGENT_NAME)!r}, expected {rollout.agent_name!r}",
-        )
+        if rollout.agent_name is None:
+            report.check(
+                AGENT_NAME not in attrs,
+                f"rollout {rid}: a native episode names no agent, yet {AGENT_NAME}={attrs.get(AGENT_NAME)!r}",
+            )
+        else:
+            report.check(
+                attrs.get(AGENT_NAME) == rollout.agent_name,
+                f"rollout {rid}: {AGENT_NAME}={attrs.get(AGENT_NAME)!r}, expected {rollout.agent_name!r}",
+            )
         previous = dispatch_traces.get(dispatch.trace_id)
         report.check(previous is None, f"rollouts {previous} and {rid} share trace {dispatch.trace_id}")
         dispatch_traces[dispatch.trace_id] = rid
@@ -206,6 +230,70 @@ def check_gym_spans(rollouts: list[Rollout], received: Received, report: Report)
                 isinstance(reward, float) and math.isclose(reward, rollout.reward, rel_tol=0.0, abs_tol=1e-12),
                 f"rollout {rid}: {REWARD}={reward!r}, rollouts.jsonl says {rollout.reward!r}",
             )
+    return matched
+
+
+def check_health_spans(
+    rollouts: list[Rollout],
+    verdict_rows: list[dict[str, Any]],
+    dispatches: dict[str, Span],
+    received: Received,
+    expected_verdicts: frozenset[str],
+    report: Report,
+) -> None:
+    """Per rollout: one health span under its ended dispatch, with rollout_verdicts.jsonl's verdict and checks."""
+    file_verdicts = {row.get("verdict") for row in verdict_rows}
+    report.check(
+        file_verdicts == set(expected_verdicts),
+        f"rollout_verdicts.jsonl has verdicts {sorted(map(str, file_verdicts))}, "
+        f"this pass needs exactly {sorted(expected_verdicts)}",
+    )
+    rows_by_key = {(row.get("_ng_task_index"), row.get("_ng_rollout_index")): row for row in verdict_rows}
+    report.check(
+        len(rows_by_key) == len(verdict_rows) == len(rollouts),
+        f"rollout_verdicts.jsonl has {len(verdict_rows)} rows ({len(rows_by_key)} distinct rollouts) "
+        f"for {len(rollouts)} rollouts",
+    )
+    healths = _one_per_rollout(rollouts, received, HEALTH_SPAN, report)
+    for rollout in rollouts:
+        rid = rollout.rollout_id
+        row = rows_by_key.get((rollout.task_index, rollout.rollout_index))
+        if not report.check(row is not None, f"rollout {rid}: no row in rollout_verdicts.jsonl"):
+            continue
+        found = healths.get(rid, [])
+        if not report.check(len(found) == 1, f"rollout {rid}: expected 1 `{HEALTH_SPAN}`, got {len(found)}"):
+            continue
+        health = found[0]
+        dispatch = dispatches.get(rid)
+        if dispatch is not None:
+            report.check(
+                health.trace_id == dispatch.trace_id and health.parent_span_id == dispatch.span_id,
+                f"rollout {rid}: health span (trace {health.trace_id}, parent {health.parent_span_id}) is not a child "
+                f"of its dispatch (trace {dispatch.trace_id}, span {dispatch.span_id})",
+            )
+            report.check(health.start_ns >= dispatch.end_ns, f"rollout {rid}: health span starts before its dispatch ended")
+        report.check(health.kind == "INTERNAL", f"rollout {rid}: health span kind is {health.kind}, not INTERNAL")
+        report.check(
+            health.attributes.get(VERDICT) == row.get("verdict"),
+            f"rollout {rid}: {VERDICT}={health.attributes.get(VERDICT)!r}, rollout_verdicts.jsonl says {row.get('verdict')!r}",
+        )
+        expected_checks = sorted({finding["check"] for finding in row.get("findings") or []})
+        report.check(
+            list(health.attributes.get(CHECKS, ())) == expected_checks,
+            f"rollout {rid}: {CHECKS}={health.attributes.get(CHECKS)!r}, "
+            f"rollout_verdicts.jsonl's findings give {expected_checks}",
+        )
+
+
+def check_verdicts_counter(received: Received, report: Report) -> None:
+    """`gym.rollout.verdicts` (delta, summed over processes) counts the health spans by verdict."""
+    spans = Counter(str(s.attributes.get(VERDICT)) for s in received.spans if s.name == HEALTH_SPAN)
+    counted: Counter[str] = Counter()
+    for point in received.metric_points:
+        if point.name == VERDICTS_COUNTER:
+            counted[str(point.attributes.get("verdict"))] += int(point.value or 0)
+    report.notes.append(f"{VERDICTS_COUNTER}: {dict(counted)} (health spans by verdict: {dict(spans)})")
+    report.check(counted == spans, f"`{VERDICTS_COUNTER}` counts {dict(counted)}, the health spans say {dict(spans)}")
 
 
 def rewarded_counter_total(received: Received, report: Report) -> float | None:
@@ -254,21 +342,36 @@ def check_model_baggage(rollouts: list[Rollout], model_requests: list[dict[str, 
     report.check(not missing, f"no model request carried the baggage of rollouts {missing}")
 
 
-def check_http_propagation(rollouts: list[Rollout], received: Received, report: Report) -> None:
-    """Without any gym span: each rollout's /run and /verify server spans share one trace."""
-    run_spans = [s for s in received.spans if s.kind == "SERVER" and s.name == "POST /run"]
-    verify_spans = [s for s in received.spans if s.kind == "SERVER" and s.name == "POST /verify"]
-    report.notes.append(f"HTTP server spans: POST /run {len(run_spans)}, POST /verify {len(verify_spans)}")
-    report.check(len(run_spans) == len(rollouts), f"expected {len(rollouts)} `POST /run` server spans, got {len(run_spans)}")
+_ROLLOUT_PREFIX = re.compile(r"^/ng-rollout/[^/]+")
+
+
+def _server_path(span: Span) -> str | None:
+    """The path a server span handled, without NeMo Gym's `/ng-rollout/<id>` prefix (observability on)."""
+    target = span.attributes.get("url.path") or span.attributes.get("http.target")
+    if span.kind != "SERVER" or not isinstance(target, str):
+        return None
+    return _ROLLOUT_PREFIX.sub("", target.split("?", 1)[0])
+
+
+def check_http_propagation(rollouts: list[Rollout], received: Received, flat_run_hops: int, report: Report) -> None:
+    """Without any gym span: each rollout's `/run` hops and its `/verify` share one trace, its own.
+
+    A flat row's rollout is `flat_run_hops` `/run` requests (0.7.0: the environment server's, then
+    the agent's it relays to); a native episode is one (its environment server's).
+    """
+    run_spans = [s for s in received.spans if _server_path(s) == "/run"]
+    verify_spans = [s for s in received.spans if _server_path(s) == "/verify"]
+    expected_runs = sum(1 if rollout.native else flat_run_hops for rollout in rollouts)
+    report.notes.append(f"HTTP server spans: /run {len(run_spans)}, /verify {len(verify_spans)}")
+    report.check(len(run_spans) == expected_runs, f"expected {expected_runs} `/run` server spans, got {len(run_spans)}")
+    report.check(len(verify_spans) == len(rollouts), f"expected {len(rollouts)} `/verify` server spans, got {len(verify_spans)}")
+    run_traces = {span.trace_id for span in run_spans}
     report.check(
-        len(verify_spans) == len(rollouts), f"expected {len(rollouts)} `POST /verify` server spans, got {len(verify_spans)}"
+        len(run_traces) == len(rollouts),
+        f"the `/run` server spans are in {len(run_traces)} traces, expected one per rollout ({len(rollouts)})",
     )
-    run_traces = defaultdict(int)
-    for span in run_spans:
-        run_traces[span.trace_id] += 1
-    report.check(all(n == 1 for n in run_traces.values()), "two `POST /run` server spans share a trace")
     orphans = sum(1 for s in verify_spans if s.trace_id not in run_traces)
-    report.check(orphans == 0, f"{orphans} `POST /verify` server spans are in no rollout's trace (context was not propagated)")
+    report.check(orphans == 0, f"{orphans} `/verify` server spans are in no rollout's trace (context was not propagated)")
 
 
 def check_no_leaked_request_context(received: Received, report: Report) -> None:
@@ -301,10 +404,13 @@ def check_no_leaked_request_context(received: Received, report: Report) -> None:
 
 
 def excerpt_lines(rollouts: list[Rollout], received: Received) -> list[str]:
-    """One rollout's path from dispatch to verify, as real spans trimmed to names, ids and gym attributes."""
+    """One rollout's path from dispatch to verify (and its health span), as real spans trimmed to names,
+    ids and gym attributes."""
     spans_by_id = {span.span_id: span for span in received.spans}
-    with_task_id = [r for r in rollouts if r.expected_task_id is not None] + rollouts
-    for rollout in with_task_id:
+    unhealthy = {s.attributes.get(ROLLOUT_ID) for s in received.spans if s.name == HEALTH_SPAN and s.attributes.get(CHECKS)}
+    # Best shown: a flat row with a task id and, where there are verdicts, one with failed checks.
+    preferred = sorted(rollouts, key=lambda r: (r.native, r.expected_task_id is None, r.rollout_id not in unhealthy))
+    for rollout in preferred:
         named = [s for s in received.spans if s.attributes.get(ROLLOUT_ID) == rollout.rollout_id]
         dispatch = next((s for s in named if s.name == DISPATCH_SPAN), None)
         verify = next((s for s in named if s.name == VERIFY_SPAN), None)
@@ -314,6 +420,7 @@ def excerpt_lines(rollouts: list[Rollout], received: Received) -> list[str]:
         if dispatch not in chain:
             continue
         path = list(reversed(chain[: chain.index(dispatch) + 1]))
+        path += [s for s in named if s.name == HEALTH_SPAN and s.parent_span_id == dispatch.span_id]
         break
     else:
         return []
