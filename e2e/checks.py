@@ -32,6 +32,7 @@ VERDICT = "nemo.gym.health.verdict"
 CHECKS = "nemo.gym.health.checks"
 
 TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id")
+CAPTURE_NO_RECORDS = "model_call_capture_no_records"
 
 
 @dataclass
@@ -57,6 +58,9 @@ class Rollout:
     rollout_index: int
     row: dict[str, Any]
     reward: float | None
+    # NeMo Gym's own model-call capture gaps on the result row (0.7.0, capture on), e.g.
+    # `model_call_capture_no_records` when the collector found no captured call for it.
+    capture_gaps: tuple[str, ...] = ()
 
     @property
     def native(self) -> bool:
@@ -112,6 +116,7 @@ def join_rollouts(materialized_rows: list[dict[str, Any]], results: list[dict[st
                 rollout_index=key[1],
                 row=row,
                 reward=float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
+                capture_gaps=tuple(str(gap.get("code")) for gap in (result.get("ng_model_call_capture") or {}).get("gaps") or ()),
             )
         )
     return sorted(rollouts, key=lambda r: (r.task_index, r.rollout_index))
@@ -241,14 +246,31 @@ def check_health_spans(
     expected_verdicts: frozenset[str],
     report: Report,
 ) -> None:
-    """Per rollout: one health span under its ended dispatch, with rollout_verdicts.jsonl's verdict and checks."""
+    """Per rollout: one health span under its ended dispatch, with rollout_verdicts.jsonl's verdict and checks.
+
+    Over the pass, every verdict in `expected_verdicts` must appear and no other, with one exception
+    NeMo Gym itself explains: `unobserved` for a rollout whose row records the capture gap
+    `model_call_capture_no_records` (0.7.0's collector sometimes reads a very short rollout's
+    capture before the model server's record of it is there; its health pass then cannot observe it).
+    """
     file_verdicts = {row.get("verdict") for row in verdict_rows}
-    report.check(
-        file_verdicts == set(expected_verdicts),
-        f"rollout_verdicts.jsonl has verdicts {sorted(map(str, file_verdicts))}, "
-        f"this pass needs exactly {sorted(expected_verdicts)}",
-    )
+    missing = sorted(set(expected_verdicts) - file_verdicts)
+    report.check(not missing, f"rollout_verdicts.jsonl has no {missing} verdict; it has {sorted(map(str, file_verdicts))}")
     rows_by_key = {(row.get("_ng_task_index"), row.get("_ng_rollout_index")): row for row in verdict_rows}
+    gaps = {(r.task_index, r.rollout_index): r.capture_gaps for r in rollouts}
+    explained = []
+    for key, row in sorted(rows_by_key.items(), key=str):
+        verdict = row.get("verdict")
+        if verdict in expected_verdicts:
+            continue
+        if verdict == "unobserved" and CAPTURE_NO_RECORDS in gaps.get(key, ()):
+            explained.append(row.get("rollout_id"))
+        else:
+            report.fail(
+                f"rollout {row.get('rollout_id')}: verdict {verdict!r}, this pass allows only {sorted(expected_verdicts)}"
+            )
+    if explained:
+        report.notes.append(f"unobserved because NeMo Gym recorded {CAPTURE_NO_RECORDS} for them: {explained}")
     report.check(
         len(rows_by_key) == len(verdict_rows) == len(rollouts),
         f"rollout_verdicts.jsonl has {len(verdict_rows)} rows ({len(rows_by_key)} distinct rollouts) "

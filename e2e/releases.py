@@ -23,7 +23,8 @@ class Pass:
     # Model-call capture (`+observability_enabled=true +model_call_capture_dir=…` on both commands).
     capture: bool
     # The verdicts the health pass must give over the whole pass (each one at least once, no
-    # other); None when the release has no health pass.
+    # other but an `unobserved` NeMo Gym's row explains: see checks.check_health_spans); None
+    # when the release has no health pass.
     verdicts: frozenset[str] | None = None
 
 
