@@ -212,8 +212,8 @@ class FrameworkSpan(Span):
     When the call being traced already runs inside a recording span of the role's name made by
     the framework itself (NeMo Gym 0.7.0's ``gym.verify`` around ``/verify``), the role's
     attributes go on that span instead of a second one of the same name. The framework ends it;
-    an exception is marked (``error.type``, status ERROR) but not recorded as an event, which
-    the framework's own span does when the exception reaches it.
+    :meth:`Recorder.end_span` marks an exception on it (``error.type``, status ERROR) but records
+    no exception event, which the framework's own span does when the exception reaches it.
     """
 
     __slots__ = ("span",)
@@ -248,7 +248,7 @@ class FrameworkSpan(Span):
     def record_exception(
         self, exception: BaseException, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
     ) -> None:
-        pass  # see the class docstring
+        self.span.record_exception(exception, attributes, timestamp, escaped)
 
 
 def framework_span(current: Context, span_name: str) -> Span | None:
@@ -315,28 +315,28 @@ class Recorder:
                     message: str | None = str(exception)
                 except Exception:
                     message = None
-                if type(span) is FrameworkSpan:
-                    message = utf8_safe(message) if message is not None else f"<{type(exception).__name__}: str() failed>"
-                    kind = utf8_safe(kind)
-                elif message is not None and utf8_safe(message) is message and utf8_safe(kind) is kind:
-                    span.record_exception(exception, escaped=True)
-                else:
+                safe = message is not None and utf8_safe(message) is message and utf8_safe(kind) is kind
+                if not safe:
                     # str() raises, or says something OTLP cannot carry (one such string makes the
-                    # exporter drop its whole batch): the same event, from values that are safe.
+                    # exporter drop its whole batch): the same facts, from values that are safe.
                     message = utf8_safe(message) if message is not None else f"<{type(exception).__name__}: str() failed>"
                     kind = utf8_safe(kind)
-                    stacktrace = utf8_safe(
-                        "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
-                    )
-                    span.add_event(
-                        "exception",
-                        {
-                            "exception.type": kind,
-                            "exception.message": message,
-                            "exception.stacktrace": stacktrace,
-                            "exception.escaped": "True",
-                        },
-                    )
+                if type(span) is not FrameworkSpan:  # a framework's span records what reaches it itself
+                    if safe:
+                        span.record_exception(exception, escaped=True)
+                    else:
+                        stacktrace = utf8_safe(
+                            "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
+                        )
+                        span.add_event(
+                            "exception",
+                            {
+                                "exception.type": kind,
+                                "exception.message": message,
+                                "exception.stacktrace": stacktrace,
+                                "exception.escaped": "True",
+                            },
+                        )
                 span.set_attribute(semconv.ERROR_TYPE, kind)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exception).__name__}: {message}"[:256]))
         span.end()
