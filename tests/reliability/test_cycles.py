@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib
+import itertools
 import sys
 import tracemalloc
 from pathlib import Path
@@ -126,7 +127,7 @@ def test_a_thousand_cycles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert spans_per_cycle <= {7, 8} and 7 in spans_per_cycle
     # wrapt cannot remove a post-import hook: the package keeps one per module for the process.
     assert wrapt_hooks(lazy_name) <= 1
-    growths = [later - earlier for earlier, later in zip(memory, memory[1:])]
+    growths = [later - earlier for earlier, later in itertools.pairwise(memory)]
     assert sorted(growths)[1] < MEMORY_GROWTH_BOUND, f"memory grew {growths} bytes over cycles {CHECKPOINTS}"
 
     # The module imported after all those cycles, while not instrumented: left alone.
