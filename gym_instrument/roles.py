@@ -175,13 +175,13 @@ class Role:
         """The span's start attributes from the role's default extractors, and the rollout's identity."""
         return {}, None
 
-    def passes_through(self, row: Any, current: Context) -> bool:
-        """A call whose target's conditions hold but which is not this role's (it runs untouched)."""
+    def relays(self, current: Context) -> bool:
+        """Whether a call with no row of its own, in ``current``, is not this role's (it runs untouched)."""
         return False
 
     def open_span(self, tracer: trace.Tracer, setup: Setup, current: Context, attributes: dict[str, Any]) -> Span:
         """The call's span: a new one, or the framework's own span of the same name that it runs in."""
-        outer = framework_span(current, self.span_name)  # type: ignore[arg-type]
+        outer = framework_span(current, self.span_name) if current else None  # type: ignore[arg-type]  # an empty context has no span
         if outer is not None:
             if attributes:
                 outer.set_attributes(attributes)
@@ -206,11 +206,11 @@ class DispatchRole(Role):
         identity = rollout_identity(row)  # it names the span and the baggage whatever the extractors
         return (identity_attributes(identity) if binding.defaults else {}), identity
 
-    def passes_through(self, row: Any, current: Context) -> bool:
+    def relays(self, current: Context) -> bool:
         # A relay of a rollout already in flight (NeMo Gym 0.7.0's environment server forwards the
         # agent's /run as bytes): no row of its own, and the context already names a rollout. It is
         # not a new dispatch; the HTTP spans around it keep the trace unbroken.
-        return row is None and (
+        return (
             baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID, current) is not None
             or context.get_value(ROLLOUT_ID_CONTEXT_KEY, current) is not None
         )
@@ -487,7 +487,7 @@ class Binding:
             if role.span_name is not None:
                 found = self.locator.find(instance, args, kwargs)
                 row = None if found is MISSING else found
-                if role.passes_through(row, current):
+                if row is None and role.relays(current):
                     return None
                 if call is not None:
                     call._row = row
@@ -647,7 +647,7 @@ def _short_start(binding: Binding) -> Callable[..., tuple[Span | None, RolloutId
         try:
             row = find(instance, args, kwargs)
             row = None if row is MISSING else row
-            if role.passes_through(row, current):
+            if row is None and role.relays(current):
                 return None, None
             try:
                 attributes, identity = role.start_attributes(binding, row, current)
