@@ -55,7 +55,7 @@ from gym_instrument.linkage import DispatchLinks
 from gym_instrument.package import _instruments
 from gym_instrument.presets import PRESETS
 from gym_instrument.record import Recorder
-from gym_instrument.roles import ENGINE
+from gym_instrument.roles import ENGINE, Setup
 from gym_instrument.targets import Patcher, Target, check_importable
 
 _LOG = logging.getLogger("gym_instrument")
@@ -110,11 +110,13 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 _LOG.error("gym_instrument: %s: skipped %s", ENV_TARGETS, problem)
 
         ENGINE.configure(
-            Recorder(kwargs.get("tracer_provider"), kwargs.get("meter_provider")),
-            DispatchLinks(config.link_capacity),
-            config.baggage,
-            remembers=any(target.role == semconv.ROLE_HEALTH for target in targets),
-            job=job_context(config.job_context),
+            Setup(
+                Recorder(kwargs.get("tracer_provider"), kwargs.get("meter_provider")),
+                DispatchLinks(config.link_capacity),
+                config.baggage,
+                remembers=any(target.role == semconv.ROLE_HEALTH for target in targets),
+                job=job_context(config.job_context),
+            )
         )
         patcher = Patcher(extractors, replace_defaults)
         GymInstrumentor._patcher = patcher
@@ -124,7 +126,7 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         patcher, GymInstrumentor._patcher = GymInstrumentor._patcher, None
         if patcher is not None:
             patcher.restore()
-        ENGINE.configure(Recorder(), DispatchLinks(ENGINE.links.capacity), True)
+        ENGINE.configure(Setup(Recorder(), DispatchLinks(ENGINE.links.capacity), True))
 
 
 def _missing_attribute(target: Target) -> str | None:

@@ -105,15 +105,10 @@ class Engine:
         self.setup = Setup(Recorder(), DispatchLinks(1_000_000), True)
         self.health_decorated = False  # a function decorated with @health exists: dispatches are remembered
 
-    def configure(
-        self,
-        recorder: Recorder,
-        links: DispatchLinks,
-        propagate_baggage: bool,
-        remembers: bool = True,
-        job: JobContext | None = None,
-    ) -> None:
-        self.setup = Setup(recorder, links, propagate_baggage, remembers or self.health_decorated, job)
+    def configure(self, setup: Setup) -> None:
+        """Record with ``setup`` from now on (remembering dispatches anyway once a @health exists)."""
+        setup.remembers = setup.remembers or self.health_decorated
+        self.setup = setup
 
     def expect_verdicts(self) -> None:
         """A health function was decorated: remember dispatches from now on, whatever the configuration."""
