@@ -34,8 +34,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from gym_instrument import GymInstrumentor, Target, semconv
-from gym_instrument.extract import ArgLocator, request_rollout_id, rollout_identity
 from gym_instrument.linkage import DispatchLinks
+from gym_instrument.presets.nemo_gym_schema import SCHEMA
+from gym_instrument.targets import ArgLocator
 
 HERE = Path(__file__).resolve().parent
 
@@ -575,7 +576,7 @@ class _CountingHandler(logging.Handler):
 def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int, int]:
     """Bytes still allocated after ``rows`` were dispatched under ``capacity``; of which in linkage.py; evictions."""
     import gym_instrument.linkage as linkage
-    from gym_instrument.roles import ENGINE
+    from gym_instrument.plan import ENGINE
 
     provider, _ = sdk()
     try:
@@ -841,16 +842,16 @@ def case_parts(sizes: Sizes) -> list[Row]:
             rows,
         ),
         (
-            "a dispatch row's identity (`rollout_identity`)",
+            "a dispatch row's identity (`NemoGymSchema.identity`)",
             "minus the inline attributes (`workload.rollout_attributes`)",
-            rollout_identity,
+            SCHEMA.identity,
             workload.rollout_attributes,
             rows,
         ),
         (
             "a pydantic verify request without `_ng_*` fields: its own rollout id looked for (`request_rollout_id`)",
             "whole",
-            request_rollout_id,
+            SCHEMA.request_rollout_id,
             None,
             [request] * sizes.calls,
         ),
@@ -891,7 +892,7 @@ def case_parts(sizes: Sizes) -> list[Row]:
 def _remembering_in_a_run(sizes: Sizes, provider: TracerProvider) -> Row:
     """What remembering costs inside a traced dispatch: A's sync ``send_row`` with the dispatch memory
     on, minus the same with ``remember`` a no-op (the ended span, its identity and the call are the same)."""
-    from gym_instrument.roles import ENGINE
+    from gym_instrument.plan import ENGINE
 
     def ignore(*_: Any) -> None:
         return None

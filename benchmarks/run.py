@@ -94,7 +94,7 @@ WHY_NOT_BIND = """\
 ## Why the row is found with `ArgLocator`, not `inspect.signature().bind()` per call
 
 Some instrumentations bind every call to the wrapped function's signature to find an argument
-by name. `ArgLocator` (`gym_instrument/extract.py`) reads the signature once, when wrapping, and
+by name. `ArgLocator` (`gym_instrument/targets.py`) reads the signature once, when wrapping, and
 keeps the row's position; per call it is one keyword lookup and one tuple index. The `bind` rows
 above show the difference per call: binding costs {cached} us more per call even with the
 signature cached, and {uncached} us more when `inspect.signature()` is called each time (median,

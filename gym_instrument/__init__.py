@@ -3,37 +3,28 @@
 Spans ``gym.rollout.dispatch``, ``gym.verify`` and ``gym.rollout.health`` name each rollout
 (task id, repeat, rollout id) and show its outcome (reward, health verdict, failed checks).
 See :mod:`gym_instrument.instrumentor` for the three ways to turn it on.
+
+The public surface is what this module exports (``__all__``), :mod:`gym_instrument.semconv`,
+:mod:`gym_instrument.schema` (to write a framework's schema) and the ``gym-instrument`` command;
+every other module is internal and may change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING
 
 from gym_instrument import semconv
 from gym_instrument.extract import Call, at_start
 from gym_instrument.instrumentor import GymInstrumentor
-from gym_instrument.targets import Target, decorate
+from gym_instrument.targets import DECORATORS, RoleDecorator, Target
 from gym_instrument.version import __version__
 
-F = TypeVar("F", bound=Callable[..., Any])
+# One decorator per role of the table (gym_instrument.roles.ROLES) that has one:
+# @gym_instrument.dispatch, @gym_instrument.verify, @gym_instrument.health.
+globals().update(DECORATORS)
+if TYPE_CHECKING:
+    dispatch: RoleDecorator
+    verify: RoleDecorator
+    health: RoleDecorator
 
-__all__ = ["Call", "GymInstrumentor", "Target", "__version__", "at_start", "dispatch", "health", "semconv", "verify"]
-
-
-def dispatch(function: F | None = None, **options: Any) -> Any:
-    """Trace a function that dispatches one rollout row as ``gym.rollout.dispatch``.
-
-    ``@dispatch`` or ``@dispatch(row_arg="episode", extractors=[...], default_extractors=True, when={...})``.
-    """
-    return decorate(semconv.ROLE_DISPATCH, function, **options)
-
-
-def verify(function: F | None = None, **options: Any) -> Any:
-    """Trace a function that scores one rollout as ``gym.verify`` (same options as :func:`dispatch`)."""
-    return decorate(semconv.ROLE_VERIFY, function, **options)
-
-
-def health(function: F | None = None, **options: Any) -> Any:
-    """Turn the verdicts a function returns into ``gym.rollout.health`` spans under their dispatches."""
-    return decorate(semconv.ROLE_HEALTH, function, **options)
+__all__ = ["Call", "GymInstrumentor", "RoleDecorator", "Target", "__version__", "at_start", "semconv", *DECORATORS]

@@ -53,9 +53,10 @@ from gym_instrument.extract import Extractor
 from gym_instrument.job import job_context
 from gym_instrument.linkage import DispatchLinks
 from gym_instrument.package import _instruments
+from gym_instrument.plan import ENGINE, Setup
 from gym_instrument.presets import PRESETS
 from gym_instrument.record import Recorder
-from gym_instrument.roles import ENGINE, Setup
+from gym_instrument.roles import ROLES
 from gym_instrument.targets import Patcher, Target, check_importable
 
 _LOG = logging.getLogger("gym_instrument")
@@ -68,8 +69,8 @@ def _check_extractors(extractors: Any) -> dict[str, tuple[Extractor, ...]]:
         raise ValueError("extractors must map a role (dispatch, verify, health) to a list of callables")
     checked: dict[str, tuple[Extractor, ...]] = {}
     for role, callables in extractors.items():
-        if role not in semconv.ROLES:
-            raise ValueError(f"extractors: unknown role {role!r}; expected one of {', '.join(semconv.ROLES)}")
+        if role not in ROLES:
+            raise ValueError(f"extractors: unknown role {role!r}; expected one of {', '.join(ROLES)}")
         items = (callables,) if callable(callables) else tuple(callables)
         if not all(callable(item) for item in items):
             raise ValueError(f"extractors for {role!r} must be callables")
@@ -79,7 +80,7 @@ def _check_extractors(extractors: Any) -> dict[str, tuple[Extractor, ...]]:
 
 def _check_roles(roles: Iterable[str] | None) -> frozenset[str]:
     roles = frozenset([roles] if isinstance(roles, str) else roles or ())
-    unknown = roles - set(semconv.ROLES)
+    unknown = roles - set(ROLES)
     if unknown:
         raise ValueError(f"replace_default_extractors: unknown role(s) {sorted(unknown)}")
     return roles

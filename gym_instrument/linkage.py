@@ -22,9 +22,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, TraceFlags
+from opentelemetry.trace import SpanContext
 
-from gym_instrument.extract import parse_index_form
+from gym_instrument.compat import span_context, span_context_ids
+from gym_instrument.schema import index_form, parse_index_form
 
 _LOG = logging.getLogger(__name__)
 
@@ -33,28 +34,6 @@ _ATTEMPT_MAX = (1 << _ATTEMPT_BITS) - 1  # larger attempts are stored as this an
 _SPAN_SHIFT = 1 + _ATTEMPT_BITS
 _TRACE_SHIFT = _SPAN_SHIFT + 64
 _SPAN_MASK = (1 << 64) - 1
-
-
-def _span_context_is_tuple() -> bool:
-    """Whether a SpanContext is the tuple (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid).
-
-    So the API builds it today; checked once, through its own constructor and properties, so that
-    the hot paths may read and build one by position (else they use the public constructor).
-    """
-    try:
-        fields = (5, 7, False, TraceFlags(1), DEFAULT_TRACE_STATE, True)
-        made = SpanContext(trace_id=5, span_id=7, is_remote=False, trace_flags=TraceFlags(1))
-        built = tuple.__new__(SpanContext, fields)
-        return (
-            isinstance(made, tuple)
-            and tuple(made) == fields
-            and (built.trace_id, built.span_id, built.is_remote, built.trace_flags, built.trace_state, built.is_valid) == fields
-        )
-    except Exception:
-        return False
-
-
-_SPAN_CONTEXT_IS_TUPLE = _span_context_is_tuple()
 
 
 _SMALL_TASK, _SMALL_ROLLOUT = 1 << 40, 1 << 16
@@ -150,13 +129,10 @@ class DispatchLinks:
         evicted = 0
         while queue:
             try:
-                span_context, task_index, rollout_index, attempt, custom_id = queue.popleft()
+                remembered, task_index, rollout_index, attempt, custom_id = queue.popleft()
             except IndexError:  # emptied by a fold in a forked child's reset; nothing left
                 break
-            if _SPAN_CONTEXT_IS_TUPLE:  # its fields by position: no property call each
-                trace_id, span_id, flags = span_context[0], span_context[1], span_context[3]
-            else:
-                trace_id, span_id, flags = span_context.trace_id, span_context.span_id, span_context.trace_flags
+            trace_id, span_id, flags = span_context_ids(remembered)
             packed = (trace_id << _TRACE_SHIFT) | (span_id << _SPAN_SHIFT) | (flags & 1)
             if attempt:
                 packed |= (attempt if attempt < _ATTEMPT_MAX else _ATTEMPT_MAX) << 1
@@ -218,7 +194,7 @@ class DispatchLinks:
         for rollout_id, task_index, rollout_index in verdicts:
             if task_index is None or rollout_index is None:
                 break
-            bare = f"{task_index}-{rollout_index}"
+            bare = index_form(task_index, rollout_index, None)
             if rollout_id is not None and rollout_id != bare:
                 break
             if rollout_index < _SMALL_ROLLOUT and task_index < _SMALL_TASK:
@@ -243,7 +219,7 @@ class DispatchLinks:
         """:meth:`take` of one verdict by the general rules: its indices, a bare, attempt-qualified or custom id."""
         attempt_wanted: int | None = None
         explicit = False
-        bare = None if task_index is None or rollout_index is None else f"{task_index}-{rollout_index}"
+        bare = None if task_index is None or rollout_index is None else index_form(task_index, rollout_index, None)
         if rollout_id is not None and rollout_id != bare:
             # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
             parsed = parse_index_form(rollout_id)
@@ -253,7 +229,7 @@ class DispatchLinks:
                 parsed_task, parsed_rollout, attempt_wanted = parsed
                 if bare is None:
                     task_index, rollout_index = parsed_task, parsed_rollout
-                    bare = f"{task_index}-{rollout_index}"
+                    bare = index_form(task_index, rollout_index, None)
                 elif (task_index, rollout_index) != (parsed_task, parsed_rollout):
                     return None  # a verdict that contradicts itself names no dispatch
         self.fold()
@@ -336,9 +312,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_forked_child)
 
 
-_TRACE_FLAGS = (TraceFlags(0), TraceFlags(1))
-
-
 def _link(packed: int, bare: str, custom_id: str | None = None) -> DispatchLink:
     """A remembered dispatch as found: its span context, and its custom id or its index form with the attempt."""
     if custom_id:
@@ -348,7 +321,7 @@ def _link(packed: int, bare: str, custom_id: str | None = None) -> DispatchLink:
 
 def _links(found: list[int | None], names: list[str], custom: bool = False) -> list[DispatchLink | None]:
     """The links of remembered dispatches (None where nothing was found), each named by its custom id
-    (``custom``) or by its index form ``names[i]`` with the attempt the packed int holds."""
+    (``custom``) or by its bare index form ``names[i]`` with the attempt the packed int holds."""
     links: list[DispatchLink | None] = []
     append = links.append
     for packed, name in zip(found, names, strict=True):
@@ -358,13 +331,10 @@ def _links(found: list[int | None], names: list[str], custom: bool = False) -> l
         if not custom:
             attempt = (packed >> 1) & _ATTEMPT_MAX
             if attempt:
-                name = f"{name}-a{attempt}"
+                task_index, _, rollout_index = name.partition("-")
+                name = index_form(int(task_index), int(rollout_index), attempt)
         trace_id, span_id = packed >> _TRACE_SHIFT, (packed >> _SPAN_SHIFT) & _SPAN_MASK
-        if _SPAN_CONTEXT_IS_TUPLE and trace_id and span_id:
-            # Built as the API builds it (a valid, local context), without re-checking ids it made itself.
-            flags = _TRACE_FLAGS[packed & 1]
-            span_context = tuple.__new__(SpanContext, (trace_id, span_id, False, flags, DEFAULT_TRACE_STATE, True))
-        else:
-            span_context = SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_flags=TraceFlags(packed & 1))
-        append(tuple.__new__(DispatchLink, (span_context, name)))
+        append(
+            tuple.__new__(DispatchLink, (span_context(trace_id, span_id, bool(packed & 1)), name))
+        )  # our own NamedTuple, built directly
     return links

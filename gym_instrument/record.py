@@ -2,28 +2,26 @@
 
 Everything that touches a tracer or a meter lives here: finding out whether anything records
 at all (cheaply, per call), checking attribute values against what OpenTelemetry and an OTLP
-exporter accept, ending spans with the error rules, and the bounded metric instruments.
+exporter accept, ending spans with the error rules, and the bounded metric instruments. The
+few OpenTelemetry internals this relies on for speed are probed in ``compat``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry import baggage, metrics, trace
-from opentelemetry import context as context_api
+from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
-from opentelemetry.instrumentation import utils as _instrumentation_utils
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode
 
 from gym_instrument import semconv
+from gym_instrument.compat import global_provider_unset, span_of
 from gym_instrument.version import __version__
 
 _LOG = logging.getLogger("gym_instrument")
@@ -131,81 +129,6 @@ class _Once:
 FAILURES = _Once()
 
 
-def run_extractors(plan: Iterable[tuple[Callable[[Any], Any], bool]], call: Any, into: dict[str, Any]) -> None:
-    """Run ``(extractor, trusted)`` pairs into an attribute dict; one that raises or returns junk never reaches the host.
-
-    A trusted extractor (the package's own defaults) returns valid values by construction: they are
-    copied as they are; anything else is checked value by value.
-    """
-    for extractor, trusted in plan:
-        try:
-            attributes = extractor(call)
-            if attributes:
-                if trusted:
-                    into.update(attributes)
-                else:
-                    clean_attributes(attributes, into)
-        except (Exception, asyncio.CancelledError, GeneratorExit):
-            # A sync extractor is never cancelled from outside: these came from its own code.
-            # KeyboardInterrupt and SystemExit are the process's, and go on.
-            FAILURES.failed("extractor", extractor)
-
-
-# ---------------------------------------------------------------------------------------------
-# The current context, read once per call
-
-
-def _suppression_keys() -> tuple[str, ...] | None:
-    """The context keys ``suppress_instrumentation`` sets, checked against the API; None: ask the API per call."""
-    keys = tuple(
-        key
-        for key in (
-            getattr(_instrumentation_utils, "_SUPPRESS_INSTRUMENTATION_KEY", None),
-            getattr(_instrumentation_utils, "_SUPPRESS_INSTRUMENTATION_KEY_PLAIN", None),
-        )
-        if isinstance(key, str)
-    )
-    try:
-        with suppress_instrumentation():
-            suppressed = context_api.get_current()
-            agrees = not is_instrumentation_enabled() and any(suppressed.get(key) for key in keys)
-        return keys if agrees and is_instrumentation_enabled() else None
-    except Exception:
-        return None
-
-
-SUPPRESSION_KEYS = _suppression_keys()
-
-
-def _single_key(made: Context) -> str | None:
-    keys = list(made)
-    return keys[0] if len(keys) == 1 and isinstance(keys[0], str) else None
-
-
-def _context_keys() -> tuple[str, str] | None:
-    """The keys under which the API keeps the current span and the baggage in a context.
-
-    Found through the API itself (``set_span_in_context`` and ``set_baggage`` on an empty context)
-    and read back through it, so a call's context can be built in one step; None when the API
-    keeps them some other way, and the public functions are used instead.
-    """
-    try:
-        probe_span = NonRecordingSpan(INVALID_SPAN_CONTEXT)
-        span_key = _single_key(trace.set_span_in_context(probe_span, Context()))
-        baggage_key = _single_key(baggage.set_baggage("gym.probe", "1", Context()))
-        if span_key is None or baggage_key is None or span_key == baggage_key:
-            return None
-        built = Context({span_key: probe_span, baggage_key: {"gym.probe": "1"}})
-        if trace.get_current_span(built) is not probe_span or dict(baggage.get_all(built)) != {"gym.probe": "1"}:
-            return None
-        return span_key, baggage_key
-    except Exception:
-        return None
-
-
-CONTEXT_KEYS = _context_keys()
-
-
 class FrameworkSpan(Span):
     """A framework's own span of the same meaning as ours, which this package writes to and never ends.
 
@@ -254,7 +177,7 @@ class FrameworkSpan(Span):
 def framework_span(current: Context, span_name: str) -> Span | None:
     """The span of ``current`` when it is recording, named ``span_name`` and made by another
     instrumentation than this package (a framework's own telemetry); else None."""
-    span = current.get(CONTEXT_KEYS[0]) if CONTEXT_KEYS is not None else trace.get_current_span(current)
+    span = span_of(current)
     if span is None or getattr(span, "name", None) != span_name or not span.is_recording():
         return None
     scope = getattr(span, "instrumentation_scope", None)
@@ -282,14 +205,9 @@ class Recorder:
         tracer = self.cached_tracer
         if tracer is not None:
             return tracer
-        if (
-            self._tracer_provider is None
-            and not self._provider_from_environment
-            and getattr(trace, "_TRACER_PROVIDER", self) is None
-        ):
+        if self._tracer_provider is None and not self._provider_from_environment and global_provider_unset():
             # No global provider is set yet: known without get_tracer_provider(), which reads
-            # os.environ on every call until one is set (most of a call's cost with no SDK). The
-            # API keeps the provider in that module attribute; were it ever gone, _resolve_tracer decides.
+            # os.environ on every call until one is set (most of a call's cost with no SDK).
             return None
         return self._resolve_tracer()
 

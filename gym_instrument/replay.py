@@ -5,9 +5,10 @@ rollout: the verify response plus the collector's ``_ng_*`` keys), ``<stem>_fail
 (failed attempts, with ``_ng_failure_class``), ``<stem>_materialized_inputs.jsonl`` (the rows
 that were dispatched, with the dataset's task ids; NeMo Gym 0.7.0 leaves them out of the
 output rows) and ``rollout_verdicts.jsonl`` (the health pass). Replay turns them into the spans
-the live instrumentation makes, with the same attribute rules (the functions of
-:mod:`gym_instrument.extract` itself, and :class:`~gym_instrument.linkage.DispatchLinks` to find
-each verdict's dispatch), so ``gym-instrument report`` reads a replayed run like a live one:
+the live instrumentation makes, with the same attribute rules (NeMo Gym's schema,
+``presets/nemo_gym_schema.py``, and the rules of :mod:`gym_instrument.schema`), and
+:class:`~gym_instrument.linkage.DispatchLinks` to find each verdict's dispatch, so
+``gym-instrument report`` reads a replayed run like a live one:
 
 - per row, ``gym.rollout.dispatch`` (a root span: its own trace) with ``gym.verify`` below it
   when the row has a ``reward`` key; a failure row's dispatch has status ERROR and
@@ -47,15 +48,9 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 
 from gym_instrument import semconv
-from gym_instrument.extract import (
-    identity_attributes,
-    request_attributes,
-    result_attributes,
-    rollout_identity,
-    verdict_attributes_of,
-    verdict_identity,
-)
 from gym_instrument.linkage import DispatchLinks
+from gym_instrument.presets.nemo_gym_schema import SCHEMA
+from gym_instrument.schema import identity_attributes
 from gym_instrument.version import __version__
 
 _LOG = logging.getLogger("gym_instrument.replay")
@@ -172,7 +167,7 @@ def _task_ids(materialized: Path | None, counts: ReplayCounts) -> dict[int, str]
     if materialized is None:
         return task_ids
     for row in _rows(materialized, counts):
-        identity = rollout_identity(row)
+        identity = SCHEMA.identity(row)
         if identity.task_id is not None and identity.task_index is not None:
             task_ids.setdefault(identity.task_index, identity.task_id)
     return task_ids
@@ -283,7 +278,7 @@ class Replayer:
         self, row: dict[str, Any], failed: bool, task_ids: dict[int, str], links: DispatchLinks | None, fallback_ns: int
     ) -> None:
         counts = self.counts
-        identity = rollout_identity(row)
+        identity = SCHEMA.identity(row)
         if identity.task_id is None and identity.task_index is not None:
             identity.task_id = task_ids.get(identity.task_index)
         latency = _latency_ns(row)
@@ -300,8 +295,8 @@ class Replayer:
             if identity.rollout_id is not None:
                 current = baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, identity.rollout_id, current)
             verify_attributes = {
-                **request_attributes(row, current),
-                **result_attributes(row),
+                **_verify_rollout_id(row, identity.rollout_id),
+                **SCHEMA.result_attributes(row),
                 REPLAYED: True,
                 REPLAY_TIMING: TIMING_PLACEHOLDER,
             }
@@ -339,13 +334,14 @@ class Replayer:
             self._verdict_batch(batch, links, when)
 
     def _verdict_batch(self, verdicts: Sequence[dict[str, Any]], links: DispatchLinks, when: int) -> None:
-        found = links.take_many([verdict_identity(verdict) for verdict in verdicts])
-        for verdict, link in zip(verdicts, found, strict=True):
+        facts = SCHEMA.verdict_facts(verdicts)
+        found = links.take_many([name for name, _ in facts])
+        for (_, verdict_attributes), link in zip(facts, found, strict=True):
             if link is None:
                 self.counts.verdicts_without_rollout += 1  # never replayed here: no orphan span, as live
                 continue
             attributes = {
-                **verdict_attributes_of(verdict),
+                **verdict_attributes,
                 semconv.ROLLOUT_ID: link.rollout_id,
                 REPLAYED: True,
                 REPLAY_TIMING: TIMING_PLACEHOLDER,
@@ -379,3 +375,9 @@ def replay(
     if replayer.processor.failed_batches:
         _LOG.warning("gym_instrument replay: the exporter failed %d batch(es)", replayer.processor.failed_batches)
     return replayer.counts
+
+
+def _verify_rollout_id(row: Any, dispatched: str | None) -> dict[str, Any]:
+    """A replayed verify's rollout id, as live: the one its row carries, else its dispatch's (the baggage)."""
+    rollout_id = SCHEMA.request_rollout_id(row) or dispatched
+    return {} if rollout_id is None else {semconv.ROLLOUT_ID: rollout_id}

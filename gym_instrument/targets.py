@@ -7,27 +7,32 @@ resolves it to, existing or defined later (``__init_subclass__`` on the base cla
 or a mixin's method that comes before the base in the subclass's MRO. ``restore()``
 puts back every original object it replaced (classmethod and staticmethod objects included)
 and disarms pending hooks; the wrapt hook registry only grows by one entry per module ever.
+Wrapping a function makes its :class:`~gym_instrument.plan.Plan` (:func:`make_wrapper`).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import wrapt
 
-from gym_instrument import semconv
-from gym_instrument.extract import DEFAULT_EXTRACTORS, Extractor
-from gym_instrument.roles import ENGINE, ROLES, Binding, wrapper_for
+from gym_instrument.extract import Extractor
+from gym_instrument.plan import ENGINE, WRAPPERS, Plan, function_kind
+from gym_instrument.roles import ROLES
+from gym_instrument.schema import MISSING, RolloutSchema
 
 _LOG = logging.getLogger("gym_instrument")
 _PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -42,9 +47,10 @@ class Target:
 
     ``when`` maps argument names to the value the call must pass for it to be traced.
     ``row_arg`` points at the argument holding the row (dispatch) or request (verify).
-    ``extractors`` run for this target on top of the role's defaults, or instead of them with
-    ``default_extractors=False``. ``optional`` targets (presets) may be absent from a version of
-    their library: that is logged at debug level only.
+    ``extractors`` run for this target on top of the role's own attribute rules, or instead of
+    them with ``default_extractors=False``. ``schema`` says how the framework's rows, results and
+    verdicts are read (default: NeMo Gym's, the schema SPEC is written in). ``optional`` targets
+    (presets) may be absent from a version of their library: that is logged at debug level only.
     """
 
     path: str
@@ -54,13 +60,13 @@ class Target:
     extractors: tuple[Extractor, ...] = ()
     default_extractors: bool = True
     optional: bool = False
-    name: str = field(default="", compare=False)
+    schema: RolloutSchema | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not _PATH.match(self.path):
             raise ValueError(f"target {self.path!r}: expected 'package.module:Qualified.name'")
-        if self.role not in semconv.ROLES:
-            raise ValueError(f"target {self.path!r}: unknown role {self.role!r}; expected one of {', '.join(semconv.ROLES)}")
+        if self.role not in ROLES:
+            raise ValueError(f"target {self.path!r}: unknown role {self.role!r}; expected one of {', '.join(ROLES)}")
         object.__setattr__(self, "extractors", tuple(self.extractors))
         if not all(callable(extractor) for extractor in self.extractors):
             raise ValueError(f"target {self.path!r}: every extractor must be callable")
@@ -89,6 +95,44 @@ class Target:
         return f"{self.path}={self.role}"
 
 
+class ArgLocator:
+    """Where a call's row (or request, or a condition's argument) sits, found once from the signature.
+
+    The argument is looked up by name in the keywords, else by position: the position of the
+    first candidate name among the parameters, else (no name given) the first positional
+    argument after self.
+    """
+
+    __slots__ = ("index_bound", "index_unbound", "names")
+
+    def __init__(self, function: Callable[..., Any], names: Sequence[str], explicit: str | None = None) -> None:
+        self.names: tuple[str, ...] = (explicit,) if explicit else tuple(names)
+        try:
+            params = inspect.signature(function, follow_wrapped=False).parameters.values()
+            positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            positional = []
+        index: int | None = next((positional.index(name) for name in self.names if name in positional), None)
+        if index is None:
+            # Not named: the first positional argument (wrapt passes args without a bound self/cls).
+            self.index_unbound: int | None = None if explicit else 0
+            self.index_bound: int | None = None if explicit else 0
+        else:
+            self.index_unbound = index
+            self.index_bound = index - 1 if index >= 1 else None
+
+    def find(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """The argument's value for one call, or MISSING."""
+        if kwargs:
+            for name in self.names:
+                if name in kwargs:
+                    return kwargs[name]
+        index = self.index_unbound if instance is None else self.index_bound
+        if index is not None and index < len(args):
+            return args[index]
+        return MISSING
+
+
 class GymWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
     """The wrapt wrapper this package installs; recognisable, so nothing is wrapped twice."""
 
@@ -101,23 +145,39 @@ def is_gym_wrapper(value: Any) -> bool:
     return isinstance(value, GymWrapper)
 
 
+def make_plan(original: Any, target: Target, extra_extractors: Iterable[Extractor] = (), replace_defaults: bool = False) -> Plan:
+    """The plan of one function object (or classmethod/staticmethod object) for a target: everything
+    its calls need that is known now."""
+    role = ROLES[target.role]
+    function = getattr(original, "__func__", original)
+    conditions = [
+        (name, locator.index_bound, locator.index_unbound, value)
+        for name, value in (target.when or {}).items()
+        for locator in (ArgLocator(function, (), name),)
+    ]
+    schema = target.schema
+    if schema is None:
+        from gym_instrument.presets.nemo_gym_schema import SCHEMA as schema  # SPEC's rules are NeMo Gym's
+    return Plan(
+        role,
+        function,
+        target,
+        ArgLocator(function, role.row_names, target.row_arg),
+        conditions,
+        schema,
+        (*extra_extractors, *target.extractors),
+        defaults=target.default_extractors and not replace_defaults,
+        binds_instance=not isinstance(original, staticmethod),
+    )
+
+
 def make_wrapper(
-    original: Any,
-    target: Target,
-    extra_extractors: Iterable[Extractor] = (),
-    replace_defaults: bool = False,
+    original: Any, target: Target, extra_extractors: Iterable[Extractor] = (), replace_defaults: bool = False
 ) -> GymWrapper:
     """Wrap one function object (or classmethod/staticmethod object) for a target's role."""
-    role = ROLES[target.role]
-    extractors: list[Extractor] = []
-    if target.default_extractors and not replace_defaults:
-        extractors.extend(DEFAULT_EXTRACTORS[target.role])
-    extractors.extend(extra_extractors)
-    extractors.extend(target.extractors)
-    function = getattr(original, "__func__", original)
-    binding = Binding(role, function, target, extractors, row_arg=target.row_arg, when=target.when)
-    wrapper = GymWrapper(original, wrapper_for(binding, original))
-    wrapper._self_gym_binding = binding
+    plan = make_plan(original, target, extra_extractors, replace_defaults)
+    wrapper = GymWrapper(original, WRAPPERS[function_kind(original)](plan))
+    wrapper._self_gym_plan = plan
     return wrapper
 
 
@@ -149,7 +209,7 @@ class Patcher:
     """Arms targets, wraps them as their modules appear, and restores every original."""
 
     def __init__(self, extractors: Mapping[str, Iterable[Extractor]] | None = None, replace_defaults: Iterable[str] = ()) -> None:
-        self._extractors = {role: tuple(extractors.get(role, ())) for role in semconv.ROLES} if extractors else {}
+        self._extractors = {role: tuple(extractors.get(role, ())) for role in ROLES} if extractors else {}
         self._replace_defaults = frozenset(replace_defaults)
         self._targets: dict[str, list[Target]] = {}
         self._patches: list[_Patch] = []
@@ -283,10 +343,11 @@ class Patcher:
                     if not patchers:
                         _PATCHERS_BY_MODULE.pop(module_name, None)
             for patch in reversed(self._patches):
+                # Disarmed whether or not it can be put back: a reference taken before (``from mod
+                # import f``, or someone who wrapped over it) passes calls through from now on.
+                patch.wrapper._self_gym_plan.armed = False
                 if vars(patch.owner).get(patch.attribute) is patch.wrapper:
                     setattr(patch.owner, patch.attribute, patch.original)
-                else:
-                    patch.wrapper._self_gym_binding.armed = False  # someone wrapped over it: pass through
             for base, previous in reversed(self._subclass_hooks):
                 if previous is None:
                     if "__init_subclass__" in vars(base):
@@ -342,31 +403,69 @@ def _find_submodule(name: str, locations: list[str]) -> Any:
     return None
 
 
-def decorate(role: str, function: Callable[..., Any] | None, **options: Any) -> Any:
-    """The decorators' engine: ``@dispatch`` or ``@dispatch(row_arg=..., extractors=[...])``."""
+class RoleDecorator:
+    """A role as a decorator on code you own: ``@gym_instrument.dispatch`` or
+    ``@gym_instrument.dispatch(row_arg="episode", extractors=[...], default_extractors=True, when={...})``."""
 
-    def apply(to_wrap: Callable[..., Any]) -> Any:
-        if is_gym_wrapper(to_wrap):
-            return to_wrap
-        raw = getattr(to_wrap, "__func__", to_wrap)
-        module = getattr(raw, "__module__", None) or "__main__"
-        qualname = getattr(raw, "__qualname__", "function").replace("<locals>.", "").replace("<", "").replace(">", "")
-        path = f"{module}:{qualname}"
-        if not _PATH.match(path):
-            path = "__main__:function"
-        target = Target(
-            path,
-            role,
-            when=options.get("when"),
-            row_arg=options.get("row_arg"),
-            extractors=tuple(options.get("extractors", ())),
-            default_extractors=options.get("default_extractors", True),
-        )
-        if role == semconv.ROLE_HEALTH:
-            ENGINE.expect_verdicts()
-        return make_wrapper(to_wrap, target)
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.__doc__ = f"Trace a function as the {role!r} role (see :class:`~gym_instrument.Target` for the options)."
 
-    unknown = set(options) - {"when", "row_arg", "extractors", "default_extractors"}
-    if unknown:
-        raise TypeError(f"unexpected options {sorted(unknown)}")
-    return apply if function is None else apply(function)
+    @overload
+    def __call__(self, function: F, /) -> F: ...
+
+    @overload
+    def __call__(
+        self,
+        function: None = None,
+        /,
+        *,
+        row_arg: str | None = None,
+        when: Mapping[str, Any] | None = None,
+        extractors: Sequence[Extractor] = (),
+        default_extractors: bool = True,
+        schema: RolloutSchema | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def __call__(
+        self,
+        function: F | None = None,
+        /,
+        *,
+        row_arg: str | None = None,
+        when: Mapping[str, Any] | None = None,
+        extractors: Sequence[Extractor] = (),
+        default_extractors: bool = True,
+        schema: RolloutSchema | None = None,
+    ) -> F | Callable[[F], F]:
+        role = self.role
+
+        def apply(to_wrap: F) -> F:
+            if is_gym_wrapper(to_wrap):
+                return to_wrap
+            raw = getattr(to_wrap, "__func__", to_wrap)
+            module = getattr(raw, "__module__", None) or "__main__"
+            qualname = getattr(raw, "__qualname__", "function").replace("<locals>.", "").replace("<", "").replace(">", "")
+            path = f"{module}:{qualname}"
+            if not _PATH.match(path):
+                path = "__main__:function"
+            target = Target(
+                path,
+                role,
+                when=when,
+                row_arg=row_arg,
+                extractors=tuple(extractors),
+                default_extractors=default_extractors,
+                schema=schema,
+            )
+            if ROLES[role].emits_child_spans:
+                ENGINE.expect_verdicts()  # its dispatches are remembered from now on
+            return make_wrapper(to_wrap, target)  # type: ignore[return-value]
+
+        return apply if function is None else apply(function)
+
+    def __repr__(self) -> str:
+        return f"gym_instrument.{self.role}"
+
+
+DECORATORS: dict[str, RoleDecorator] = {name: RoleDecorator(name) for name, role in ROLES.items() if role.decorated}

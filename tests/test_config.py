@@ -10,7 +10,7 @@ import pytest
 
 from gym_instrument import GymInstrumentor, Target, semconv
 from gym_instrument.config import GymConfig
-from gym_instrument.roles import ENGINE
+from gym_instrument.plan import ENGINE
 
 
 def test_defaults() -> None:

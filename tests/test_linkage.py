@@ -300,7 +300,7 @@ def test_dispatches_are_remembered_only_when_a_health_function_is_instrumented(
 ) -> None:
     """With no health target (nor @health function), no verdict can ask: nothing is kept, so even a
     capacity of 1 never evicts."""
-    from gym_instrument.roles import ENGINE
+    from gym_instrument.plan import ENGINE
 
     monkeypatch.setattr(ENGINE, "health_decorated", False)  # whatever other tests decorated
     name = make_module()
@@ -318,7 +318,7 @@ def test_a_health_decorated_function_finds_dispatches_of_instrumented_targets(
     make_module: Any, instrument: Any, telemetry: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gym_instrument
-    from gym_instrument.roles import ENGINE
+    from gym_instrument.plan import ENGINE
 
     monkeypatch.setattr(ENGINE, "health_decorated", False)
     name = make_module()

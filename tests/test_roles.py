@@ -21,6 +21,7 @@ from gym_instrument import semconv
 
 KINDS_SOURCE = """
 import asyncio
+import contextlib
 
 seen_baggage = []
 
@@ -61,6 +62,26 @@ async def agen_dispatch(row):
     yield 2
 
 
+@contextlib.asynccontextmanager
+async def acm_dispatch(row):
+    await asyncio.sleep(0)
+    seen_baggage.append(_current_rollout_id())
+    if row.get("fail_on_enter"):
+        raise ValueError("bad row")
+    yield {"entered": row}
+    seen_baggage.append(_current_rollout_id())
+    if row.get("fail_on_exit"):
+        raise KeyError("cleanup failed")
+
+
+@contextlib.asynccontextmanager
+async def forgiving_dispatch(row):
+    try:
+        yield "entered"
+    except ValueError:
+        pass  # swallows what the body raised
+
+
 class Holder:
     @classmethod
     def class_dispatch(cls, row):
@@ -93,6 +114,8 @@ def kinds(make_module: Any, instrument: Any) -> Any:
                 "async_dispatch",
                 "gen_dispatch",
                 "agen_dispatch",
+                "acm_dispatch",
+                "forgiving_dispatch",
                 "Holder.class_dispatch",
                 "Holder.static_dispatch",
                 "Holder.method_dispatch",
@@ -257,6 +280,70 @@ async def test_async_generator_closed(kinds: Any, telemetry: Any) -> None:
     assert_error(only_dispatch(telemetry), "cancelled")
 
 
+# -- async context managers: the span covers the body of the async with ---------------------
+
+
+async def test_async_context_manager_span_covers_the_body(kinds: Any, telemetry: Any) -> None:
+    tracer = telemetry.tracer_provider.get_tracer("body")
+    manager = kinds.acm_dispatch(dict(ROW))
+    assert telemetry.spans() == []  # made, not entered: nothing yet
+    async with manager as entered:
+        assert entered == {"entered": ROW}
+        with tracer.start_as_current_span("model call"):
+            await asyncio.sleep(0)
+        assert baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID) == "2-1"  # current in the body
+        assert telemetry.spans(semconv.SPAN_DISPATCH) == []  # still open while the body runs
+    assert baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID) is None  # detached where it was attached
+    dispatch = only_dispatch(telemetry)
+    (model_call,) = telemetry.spans("model call")
+    assert model_call.parent.span_id == dispatch.context.span_id
+    assert dispatch.start_time <= model_call.start_time and model_call.end_time <= dispatch.end_time
+    assert dispatch.status.status_code is StatusCode.UNSET
+    assert dispatch.attributes[semconv.ROLLOUT_ID] == "2-1"
+    assert kinds.seen_baggage == ["2-1", "2-1"]  # the manager's own code runs in the span too
+
+
+async def test_async_context_manager_body_raises_the_same_exception(kinds: Any, telemetry: Any) -> None:
+    error = RuntimeError("the model went away")
+    with pytest.raises(RuntimeError) as raised:
+        async with kinds.acm_dispatch(dict(ROW)):
+            raise error
+    assert raised.value is error
+    assert_error(only_dispatch(telemetry), "RuntimeError")
+
+
+async def test_async_context_manager_enter_and_exit_failures(kinds: Any, telemetry: Any) -> None:
+    with pytest.raises(ValueError):
+        async with kinds.acm_dispatch({**ROW, "fail_on_enter": True}):
+            pytest.fail("the body must not run")
+    assert_error(only_dispatch(telemetry), "ValueError")
+    telemetry.clear()
+    with pytest.raises(KeyError):
+        async with kinds.acm_dispatch({**ROW, "fail_on_exit": True}):
+            pass
+    assert_error(only_dispatch(telemetry), "KeyError")
+
+
+async def test_async_context_manager_cancelled_in_the_body(kinds: Any, telemetry: Any) -> None:
+    async def rollout() -> None:
+        async with kinds.acm_dispatch(dict(ROW)):
+            await asyncio.sleep(3600)
+
+    task = asyncio.ensure_future(rollout())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert_error(only_dispatch(telemetry), "cancelled")
+
+
+async def test_async_context_manager_that_suppresses_is_a_success(kinds: Any, telemetry: Any) -> None:
+    async with kinds.forgiving_dispatch(dict(ROW)) as entered:
+        assert entered == "entered"
+        raise ValueError("swallowed by the manager")
+    assert only_dispatch(telemetry).status.status_code is StatusCode.UNSET
+
+
 # -- methods ---------------------------------------------------------------------------------
 
 
@@ -271,6 +358,25 @@ def test_classmethod_staticmethod_and_method(kinds: Any, telemetry: Any) -> None
     spans = telemetry.spans(semconv.SPAN_DISPATCH)
     assert len(spans) == 6
     assert all(span.attributes[semconv.ROLLOUT_ID] == "2-1" for span in spans)
+
+
+def test_extractor_arguments_bind_self_and_cls(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    """``call.arguments`` names every argument by its parameter, the instance included (wrapt passes
+    it apart: binding the rest alone would shift every name by one)."""
+    seen: list[dict[str, Any]] = []
+    name = make_module(KINDS_SOURCE)
+    instrument(
+        targets=[f"{name}:Holder.{function}=dispatch" for function in ("method_dispatch", "class_dispatch", "static_dispatch")],
+        extractors={"dispatch": [lambda call: seen.append(call.arguments)]},
+    )
+    module = importlib.import_module(name)
+    holder = module.Holder()
+    holder.method_dispatch(ROW)
+    module.Holder.method_dispatch(holder, ROW)
+    module.Holder.class_dispatch(ROW)
+    holder.static_dispatch(ROW)
+    assert seen == [{"self": holder, "row": ROW}, {"self": holder, "row": ROW}, {"cls": module.Holder, "row": ROW}, {"row": ROW}]
+    assert len(telemetry.spans(semconv.SPAN_DISPATCH)) == 4
 
 
 # -- when nothing records -----------------------------------------------------------------------
@@ -461,190 +567,3 @@ def test_isolate_runs_the_call_in_an_empty_context(make_module: Any, instrument:
     assert len(inner) == 1  # the inner verify is traced, as a root, with no leaked rollout id
     assert semconv.ROLLOUT_ID not in inner[0].attributes
     assert inner[0].attributes[semconv.ROLLOUT_REWARD] == 1.0
-
-
-# -- the short path and the general path -----------------------------------------------------
-
-TWINS_SOURCE = """
-import asyncio
-
-
-def send(row):
-    if row.get("fail"):
-        raise ValueError("bad row")
-    return {"reward": row.get("reward")}
-
-
-def send_twin(row):
-    if row.get("fail"):
-        raise ValueError("bad row")
-    return {"reward": row.get("reward")}
-
-
-async def post(row):
-    await asyncio.sleep(0)
-    if row.get("fail"):
-        raise ValueError("bad row")
-    if row.get("hang"):
-        await asyncio.sleep(3600)
-    return {"reward": row.get("reward")}
-
-
-async def post_twin(row):
-    await asyncio.sleep(0)
-    if row.get("fail"):
-        raise ValueError("bad row")
-    if row.get("hang"):
-        await asyncio.sleep(3600)
-    return {"reward": row.get("reward")}
-
-
-def verify(body):
-    if body.get("fail"):
-        raise ValueError("bad body")
-    return body["result"]
-
-
-def verify_twin(body):
-    if body.get("fail"):
-        raise ValueError("bad body")
-    return body["result"]
-
-
-def health(rollouts):
-    return {"rollouts": rollouts}
-"""
-
-
-def _nothing(call: Any) -> dict[str, Any]:
-    return {}
-
-
-def _exported(span: Any) -> tuple[Any, ...]:
-    """What a span exports, with an exception event's traceback reduced to its last line (the frames differ)."""
-    events = []
-    for event in span.events:
-        attributes = dict(event.attributes or {})
-        if "exception.stacktrace" in attributes:
-            attributes["exception.stacktrace"] = str(attributes["exception.stacktrace"]).strip().splitlines()[-1]
-        events.append((event.name, tuple(sorted(attributes.items()))))
-    return span.name, dict(span.attributes or {}), span.status.status_code, span.status.description, tuple(events)
-
-
-async def _run_each(function: Any, arguments: list[Any]) -> list[Any]:
-    outcomes = []
-    for argument in arguments:
-        try:
-            if asyncio.iscoroutinefunction(getattr(function, "__wrapped__", function)):
-                task = asyncio.ensure_future(function(argument))
-                if argument.get("hang"):
-                    await asyncio.sleep(0.01)
-                    task.cancel()
-                outcomes.append(await task)
-            else:
-                outcomes.append(function(argument))
-        except BaseException as exception:
-            outcomes.append(type(exception).__name__)
-    return outcomes
-
-
-async def test_the_short_path_exports_what_the_general_path_exports(make_module: Any, instrument: Any, telemetry: Any) -> None:
-    """A target with only the role's defaults takes the short path; one with an extractor more (that adds
-    nothing) the general one. Same calls: same results and exceptions, same spans, events and statuses,
-    and the health pass finds the same dispatches."""
-    name = make_module(TWINS_SOURCE)
-    twin = {"extractors": (_nothing,)}
-    instrument(
-        targets=[
-            gym_instrument.Target(f"{name}:send", "dispatch"),
-            gym_instrument.Target(f"{name}:send_twin", "dispatch", **twin),
-            gym_instrument.Target(f"{name}:post", "dispatch"),
-            gym_instrument.Target(f"{name}:post_twin", "dispatch", **twin),
-            gym_instrument.Target(f"{name}:verify", "verify"),
-            gym_instrument.Target(f"{name}:verify_twin", "verify", **twin),
-            f"{name}:health=health",
-        ]
-    )
-    module = importlib.import_module(name)
-    rows = [
-        {"_ng_task_index": 1, "_ng_rollout_index": 0, "task_id": "t1", "agent_ref": {"name": "agent"}},
-        {"_ng_task_index": 1, "_ng_rollout_index": 1, "_ng_attempt_index": 2, "fail": True},
-        {"_ng_task_index": 2, "_ng_rollout_index": 0, "_ng_rollout_id": "custom-7", "reward": 1.0},
-        {"_ng_task_index": 3, "_ng_rollout_index": 0, "hang": True},
-        {"task_id": {"b": [1, 2], "a": None}},
-        {"_ng_task_index": -1, "_ng_rollout_index": "x"},
-    ]
-    bodies = [
-        {"result": {"reward": 1.0, "mask_sample": False}},
-        {"result": {"reward": 0.5, "mask_sample": True}},
-        {"result": {"reward": float("nan")}},
-        {"result": {"reward": "junk"}},
-        {"result": {"reward": 1}, "_ng_rollout_id": "5-1"},
-        {"fail": True},
-    ]
-    verdicts = [
-        {"task_index": 1, "rollout_index": 0, "verdict": "healthy", "findings": []},
-        {
-            "task_index": 2,
-            "rollout_index": 0,
-            "rollout_id": "custom-7",
-            "verdict": "unhealthy",
-            "findings": [{"check": "b"}, {"check": "a"}],
-        },
-        {"task_index": 1, "rollout_index": 1, "verdict": "healthy", "findings": []},
-    ]
-    by_function: dict[str, Any] = {}
-    for short, general, arguments in (
-        ("send", "send_twin", rows),
-        ("post", "post_twin", rows),
-        ("verify", "verify_twin", bodies),
-    ):
-        for function_name in (short, general):
-            telemetry.clear()
-            outcomes = await _run_each(getattr(module, function_name), [dict(argument) for argument in arguments])
-            health = []
-            if function_name != "verify" and function_name != "verify_twin":
-                module.health([dict(verdict) for verdict in verdicts])
-                health = [_exported(span) for span in telemetry.spans(semconv.SPAN_HEALTH)]
-            by_function[function_name] = (
-                outcomes,
-                [_exported(span) for span in telemetry.spans() if span.name != semconv.SPAN_HEALTH],
-                health,
-            )
-        assert by_function[short] == by_function[general], short
-        assert by_function[short][1], short  # (spans were exported at all)
-    assert len(by_function["send"][2]) == len(by_function["post"][2]) == 2  # the two dispatches that returned
-
-
-async def test_the_short_path_counts_what_the_general_path_counts(make_module: Any, instrument: Any, telemetry: Any) -> None:
-    name = make_module(TWINS_SOURCE)
-    instrument(
-        targets=[
-            gym_instrument.Target(f"{name}:post", "dispatch"),
-            gym_instrument.Target(f"{name}:post_twin", "dispatch", extractors=(_nothing,)),
-            gym_instrument.Target(f"{name}:verify", "verify"),
-            gym_instrument.Target(f"{name}:verify_twin", "verify", extractors=(_nothing,)),
-        ]
-    )
-    module = importlib.import_module(name)
-    rows = [{"_ng_task_index": 1, "_ng_rollout_index": 0}, {"fail": True}, {"hang": True}]
-    bodies = [{"result": {"reward": 1.0}}, {"result": {"reward": 1.0, "mask_sample": True}}, {"fail": True}]
-    totals = []
-    for functions in (("post", "verify"), ("post_twin", "verify_twin")):
-        telemetry.clear()
-        before_rewarded = telemetry.metric_total(semconv.METRIC_REWARDED)
-        before_dispatches = _outcomes(telemetry)
-        await _run_each(getattr(module, functions[0]), [dict(row) for row in rows])
-        await _run_each(getattr(module, functions[1]), [dict(body) for body in bodies])
-        dispatches = _outcomes(telemetry)
-        totals.append(
-            (
-                telemetry.metric_total(semconv.METRIC_REWARDED) - before_rewarded,
-                {outcome: dispatches.get(outcome, 0) - before_dispatches.get(outcome, 0) for outcome in dispatches},
-            )
-        )
-    assert totals[0] == totals[1] == (1, {"ok": 1, "error": 1, "cancelled": 1})
-
-
-def _outcomes(telemetry: Any) -> dict[str, int]:
-    return {point.attributes[semconv.OUTCOME]: point.value for point in telemetry.metric_points(semconv.METRIC_DISPATCHES)}

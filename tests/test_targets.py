@@ -66,6 +66,22 @@ def test_uninstrument_restores_the_identical_objects(make_module: Any, instrumen
     assert telemetry.spans() == []
 
 
+def test_a_reference_taken_before_uninstrument_traces_no_more(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    """``from module import f`` while instrumented keeps the wrapper; after uninstrument() it passes through."""
+    module = importlib.import_module(make_module(KINDS_SOURCE_FOR_RESTORE))
+    instrumentor = instrument(targets=[f"{module.__name__}:f=verify"])
+    taken = module.f
+    assert taken({}) == 1.0
+    assert len(telemetry.spans(semconv.SPAN_VERIFY)) == 1
+    instrumentor.uninstrument()
+    instrument(targets=[f"{module.__name__}:Holder.m=dispatch"])  # recording again, for another target
+    telemetry.clear()
+    assert taken({}) == 1.0
+    assert telemetry.spans() == []
+    module.Holder().m({})
+    assert len(telemetry.spans(semconv.SPAN_DISPATCH)) == 1
+
+
 KINDS_SOURCE_FOR_RESTORE = """
 class Holder:
     @classmethod

@@ -1,8 +1,10 @@
 """NeMo Gym (package ``nemo-gym``): the collector's dispatch, the resources servers' verify and
-the rollout-health pass. Every target is optional: a NeMo Gym version without it is fine."""
+the rollout-health pass. Every target is optional: a NeMo Gym version without it is fine. How its
+rows, results and verdicts are read is its schema, beside it (``nemo_gym_schema.py``)."""
 
 from __future__ import annotations
 
+from gym_instrument.presets.nemo_gym_schema import SCHEMA
 from gym_instrument.targets import Target
 
 TARGETS: tuple[Target, ...] = (
@@ -14,6 +16,7 @@ TARGETS: tuple[Target, ...] = (
         when={"url_path": "/run"},
         row_arg="json",
         optional=True,
+        schema=SCHEMA,
     ),
     # Each resources server overrides verify in its own subclass (often in __main__): the base
     # class target reaches every override, existing or defined later.
@@ -22,9 +25,10 @@ TARGETS: tuple[Target, ...] = (
         "verify",
         row_arg="body",
         optional=True,
+        schema=SCHEMA,
     ),
     # Newer releases only; imported lazily by the collector, so the module attribute is patched.
-    Target("nemo_gym.rollout_health:run_health_checks", "health", optional=True),
+    Target("nemo_gym.rollout_health:run_health_checks", "health", optional=True, schema=SCHEMA),
     # NeMo Gym's servers run on uvicorn, which can start a keep-alive connection's next request
     # inside the previous request's context: each request cycle starts from an empty context, so
     # it is traced from its own traceparent and baggage, never as part of another rollout.

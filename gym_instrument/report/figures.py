@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from gym_instrument import semconv
-from gym_instrument.extract import parse_index_form
 from gym_instrument.report.otlp import STATUS_ERROR, ReadStats, Span
+from gym_instrument.schema import parse_index_form
 
 # Replay marks what it made (gym_instrument.replay): the report says so, and leaves placeholder
 # durations out of the time figures.

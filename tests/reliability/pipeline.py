@@ -6,6 +6,7 @@ by import path, exactly as a user would."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -70,6 +71,13 @@ class Runner:
         yield "step"
         await asyncio.sleep(0)
         yield settle(outcome)
+
+    @contextlib.asynccontextmanager
+    async def dispatch_interaction(self, row: Any) -> Any:
+        """An async context manager (verifiers' ``Agent.interaction`` shape): the caller's body is the rollout."""
+        await asyncio.sleep(0)
+        yield "entered"
+        await asyncio.sleep(0)
 
 
 # -- NeMo Gym's shape: ServerClient.post carries /run and /verify; verify lives in subclasses ----
@@ -242,6 +250,7 @@ def targets(module_name: str = __name__) -> list[Any]:
         f"{module_name}:Runner.dispatch_staticmethod=dispatch",
         f"{module_name}:Runner.dispatch_generator=dispatch",
         f"{module_name}:Runner.dispatch_async_generator=dispatch",
+        f"{module_name}:Runner.dispatch_interaction=dispatch",
         Target(f"{module_name}:Client.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
         f"{module_name}:dispatch_calling=dispatch",
         f"{module_name}:verify=verify",

@@ -134,6 +134,12 @@ async def _drive_async_generator(row: Any, outcome: tuple[str, Any]) -> Any:
     return items[1]
 
 
+async def _drive_async_context_manager(row: Any, outcome: tuple[str, Any]) -> Any:
+    async with pipeline.Runner().dispatch_interaction(row) as entered:
+        assert entered == "entered"
+        return pipeline.settle(outcome)  # the body's outcome is the call's
+
+
 DISPATCH_PATHS: dict[str, Callable[[Any, tuple[str, Any]], tuple[str, Any]]] = {
     "function": lambda row, outcome: _call(lambda: pipeline.dispatch(row, outcome)),
     "keyword": lambda row, outcome: _call(lambda: pipeline.dispatch(row=row, outcome=outcome)),
@@ -143,6 +149,7 @@ DISPATCH_PATHS: dict[str, Callable[[Any, tuple[str, Any]], tuple[str, Any]]] = {
     "staticmethod": lambda row, outcome: _call(lambda: pipeline.Runner().dispatch_staticmethod(row, outcome)),
     "generator": lambda row, outcome: _call(lambda: _drive_generator(row, outcome)),
     "async_generator": lambda row, outcome: _run(_drive_async_generator(row, outcome)),
+    "async_context_manager": lambda row, outcome: _run(_drive_async_context_manager(row, outcome)),
 }
 
 

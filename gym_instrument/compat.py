@@ -1,0 +1,168 @@
+"""Every OpenTelemetry internal the per-call path relies on, in one place, each with its fallback.
+
+Each probe is made once, at import, through the public API itself (build a value with the public
+function, read it back with the public function) and is trusted only if the round trip agrees.
+When a probe fails (a future OpenTelemetry keeps things differently), its constant is ``None``
+(or ``False``) and the callers take the public functions instead: slower, same behaviour.
+
+``GYM_INSTRUMENT_OTEL_PROBES=off`` turns every probe off, so that the semantic test suite can run
+through the fallbacks (``tests/test_compat.py`` does): the code that runs the day OpenTelemetry
+changes is tested today.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import baggage, context, trace
+from opentelemetry.context import Context
+from opentelemetry.instrumentation import utils as _instrumentation_utils
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled, suppress_instrumentation
+from opentelemetry.trace import DEFAULT_TRACE_STATE, INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, TraceFlags
+
+PROBES_VARIABLE = "GYM_INSTRUMENT_OTEL_PROBES"
+PROBES_ON = os.environ.get(PROBES_VARIABLE, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def _suppression_keys() -> tuple[str, ...] | None:
+    """The context keys ``suppress_instrumentation`` sets, checked against the API."""
+    keys = tuple(
+        key
+        for key in (
+            getattr(_instrumentation_utils, "_SUPPRESS_INSTRUMENTATION_KEY", None),
+            getattr(_instrumentation_utils, "_SUPPRESS_INSTRUMENTATION_KEY_PLAIN", None),
+        )
+        if isinstance(key, str)
+    )
+    try:
+        with suppress_instrumentation():
+            suppressed = context.get_current()
+            agrees = not is_instrumentation_enabled() and any(suppressed.get(key) for key in keys)
+        return keys if agrees and is_instrumentation_enabled() else None
+    except Exception:
+        return None
+
+
+def _single_key(made: Context) -> str | None:
+    keys = list(made)
+    return keys[0] if len(keys) == 1 and isinstance(keys[0], str) else None
+
+
+def _context_keys() -> tuple[str, str] | None:
+    """The keys under which the API keeps the current span and the baggage in a context."""
+    try:
+        probe_span = NonRecordingSpan(INVALID_SPAN_CONTEXT)
+        span_key = _single_key(trace.set_span_in_context(probe_span, Context()))
+        baggage_key = _single_key(baggage.set_baggage("gym.probe", "1", Context()))
+        if span_key is None or baggage_key is None or span_key == baggage_key:
+            return None
+        built = Context({span_key: probe_span, baggage_key: {"gym.probe": "1"}})
+        if trace.get_current_span(built) is not probe_span or dict(baggage.get_all(built)) != {"gym.probe": "1"}:
+            return None
+        return span_key, baggage_key
+    except Exception:
+        return None
+
+
+def _span_context_is_tuple() -> bool:
+    """Whether a SpanContext is the tuple (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid)."""
+    try:
+        fields = (5, 7, False, TraceFlags(1), DEFAULT_TRACE_STATE, True)
+        made = SpanContext(trace_id=5, span_id=7, is_remote=False, trace_flags=TraceFlags(1))
+        built = tuple.__new__(SpanContext, fields)
+        return (
+            isinstance(made, tuple)
+            and tuple(made) == fields
+            and (built.trace_id, built.span_id, built.is_remote, built.trace_flags, built.trace_state, built.is_valid) == fields
+        )
+    except Exception:
+        return False
+
+
+def _provider_attribute() -> str | None:
+    """The module attribute in which the API keeps the global tracer provider (None until one is set)."""
+    name = "_TRACER_PROVIDER"
+    try:
+        value = getattr(trace, name)
+    except AttributeError:
+        return None
+    provider = trace.get_tracer_provider()
+    if value is None:
+        return name if isinstance(provider, trace.ProxyTracerProvider) else None
+    return name if value is provider else None
+
+
+# Suppression: the keys whose truthy value in the current context means "do not instrument".
+SUPPRESSION_KEYS = _suppression_keys() if PROBES_ON else None
+# (span key, baggage key): a call's context is then built as one dict, in one step.
+CONTEXT_KEYS = _context_keys() if PROBES_ON else None
+# A SpanContext can be read and built by position (no property calls, no re-validation).
+SPAN_CONTEXT_IS_TUPLE = _span_context_is_tuple() if PROBES_ON else False
+# Whether a global tracer provider is set can be read without get_tracer_provider(), which reads
+# os.environ on every call until one is set.
+PROVIDER_ATTRIBUTE = _provider_attribute() if PROBES_ON else None
+
+
+def suppressed(current: Context) -> bool:
+    """Whether instrumentation is suppressed in ``current`` (the current context)."""
+    keys = SUPPRESSION_KEYS
+    if keys is None:
+        return not is_instrumentation_enabled()
+    for key in keys:
+        if current.get(key):
+            return True
+    return False
+
+
+def global_provider_unset() -> bool:
+    """True when no global tracer provider is set yet, known cheaply; False when set or unknown."""
+    return PROVIDER_ATTRIBUTE is not None and getattr(trace, PROVIDER_ATTRIBUTE, trace) is None
+
+
+def span_of(current: Context) -> Span | None:
+    """The span kept in ``current`` (None: no span)."""
+    if CONTEXT_KEYS is not None:
+        return current.get(CONTEXT_KEYS[0])  # type: ignore[return-value]
+    span = trace.get_current_span(current)
+    return None if span is trace.INVALID_SPAN else span
+
+
+def with_values(current: Context, span: Span | None, baggage_entry: tuple[str, str] | None, values: Mapping[str, Any]) -> Context:
+    """``current`` with ``span`` as its span (when given), one baggage entry added, and plain ``values``."""
+    keys = CONTEXT_KEYS
+    if keys is None:
+        ctx = current if span is None else trace.set_span_in_context(span, current)
+        if baggage_entry is not None:
+            ctx = baggage.set_baggage(baggage_entry[0], baggage_entry[1], ctx)
+        for key, value in values.items():
+            ctx = context.set_value(key, value, ctx)
+        return ctx
+    merged = dict(current)
+    if span is not None:
+        merged[keys[0]] = span
+    if baggage_entry is not None:
+        entries = current.get(keys[1])
+        entries = dict(entries) if isinstance(entries, dict) else {}
+        entries[baggage_entry[0]] = baggage_entry[1]
+        merged[keys[1]] = entries
+    merged.update(values)
+    return Context(merged)
+
+
+def span_context(trace_id: int, span_id: int, sampled: bool) -> SpanContext:
+    """A valid, local span context of ids this process made itself."""
+    if SPAN_CONTEXT_IS_TUPLE and trace_id and span_id:
+        return tuple.__new__(SpanContext, (trace_id, span_id, False, _TRACE_FLAGS[sampled], DEFAULT_TRACE_STATE, True))
+    return SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_flags=_TRACE_FLAGS[sampled])
+
+
+def span_context_ids(span_context: SpanContext) -> tuple[int, int, int]:
+    """(trace id, span id, trace flags) of a span context."""
+    if SPAN_CONTEXT_IS_TUPLE:
+        return span_context[0], span_context[1], span_context[3]  # type: ignore[index]
+    return span_context.trace_id, span_context.span_id, span_context.trace_flags
+
+
+_TRACE_FLAGS = (TraceFlags(0), TraceFlags(1))

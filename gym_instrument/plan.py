@@ -1,0 +1,606 @@
+"""The engine: one precomputed :class:`Plan` per wrapped function, one start path, one end path.
+
+At wrap time a target becomes a plan: its role (``roles``), where its row sits and the condition
+its arguments must meet, the schema its attributes are read through, the user's extractors split
+into those that run at the start and at the end, and the role's capability flags as plain
+booleans. At call time one wrapper per kind of function runs it: sync, coroutine, generator,
+async generator and async context manager. Each one admits the call (:meth:`Plan.admit`), starts
+it (:meth:`Plan.start`) and ends it in exactly one idempotent place (:meth:`Active.finish`),
+reached from every exit path; the context is detached where it was attached.
+
+Generators: the span covers the iteration, from the first step to exhaustion, an exception or
+``close()`` (an abandoned generator is closed by the garbage collector). Its context is current
+only while the generator body runs, never in the consumer between items, so the consumer's
+own spans are not parented to it. An async context manager's span covers the body of the
+``async with``, which runs with the span current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import wrapt
+from opentelemetry import context
+from opentelemetry.context import Context
+from opentelemetry.trace import Span
+
+from gym_instrument import compat, semconv
+from gym_instrument.extract import Call, Extractor, run_extractors, runs_at_start
+from gym_instrument.job import JobContext
+from gym_instrument.linkage import DispatchLinks
+from gym_instrument.record import FAILURES, Recorder
+from gym_instrument.roles import ROLLOUT_ID_CONTEXT_KEY, Role
+from gym_instrument.schema import MISSING, RolloutIdentity, RolloutSchema
+
+if TYPE_CHECKING:
+    from gym_instrument.targets import ArgLocator, Target
+
+# (role, object) of the gym call running in a context, kept in the context the call attaches: a
+# nested call of the same role on the same object (an override calling super(), a function
+# reachable through two wrapped names) passes through, so one call makes one span.
+_GUARD_KEY = context.create_key("gym_instrument.active")
+
+_CANCELLATION = (asyncio.CancelledError, GeneratorExit)
+
+# Metric attributes per outcome, built once (never mutated: instruments only read them).
+_OUTCOME_OK = {semconv.OUTCOME: semconv.OUTCOME_OK}
+_OUTCOME_ERROR = {semconv.OUTCOME: semconv.OUTCOME_ERROR}
+_OUTCOME_CANCELLED = {semconv.OUTCOME: semconv.OUTCOME_CANCELLED}
+
+
+class Setup:
+    """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting,
+    whether ended dispatches are remembered (only when a health function could ask for them), and
+    the job context of the process's environment that root dispatch spans are tied to."""
+
+    __slots__ = ("job", "links", "propagate_baggage", "recorder", "remembers")
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        links: DispatchLinks,
+        propagate_baggage: bool,
+        remembers: bool = True,
+        job: JobContext | None = None,
+    ) -> None:
+        self.recorder = recorder
+        self.links = links
+        self.propagate_baggage = propagate_baggage
+        self.remembers = remembers
+        self.job = job
+        links.on_evicted = partial(recorder.count, semconv.METRIC_LINK_EVICTIONS, None)
+
+
+class Engine:
+    """The current :class:`Setup`; ``instrument()`` swaps it, ``uninstrument()`` resets it."""
+
+    def __init__(self) -> None:
+        self.setup = Setup(Recorder(), DispatchLinks(1_000_000), True)
+        self.health_decorated = False  # a function decorated with @health exists: dispatches are remembered
+
+    def configure(self, setup: Setup) -> None:
+        """Record with ``setup`` from now on (remembering dispatches anyway once a @health exists)."""
+        setup.remembers = setup.remembers or self.health_decorated
+        self.setup = setup
+
+    def expect_verdicts(self) -> None:
+        """A health function was decorated: remember dispatches from now on, whatever the configuration."""
+        self.health_decorated = True
+        self.setup.remembers = True
+
+    @property
+    def recorder(self) -> Recorder:
+        return self.setup.recorder
+
+    @property
+    def links(self) -> DispatchLinks:
+        return self.setup.links
+
+    @property
+    def propagate_baggage(self) -> bool:
+        return self.setup.propagate_baggage
+
+
+ENGINE = Engine()
+
+
+class Plan:
+    """Everything one wrapped function's calls need that can be known when it is wrapped."""
+
+    __slots__ = (
+        "armed",
+        "binds_instance",
+        "conditions",
+        "counts_outcome",
+        "counts_reward",
+        "defaults",
+        "emits",
+        "end_extractors",
+        "function",
+        "function_guard",
+        "isolates",
+        "locator",
+        "makes_call",
+        "reads_result",
+        "remembers",
+        "role",
+        "role_name",
+        "schema",
+        "spans",
+        "start_extractors",
+        "target",
+    )
+
+    def __init__(
+        self,
+        role: Role,
+        function: Callable[..., Any],
+        target: Target,
+        locator: ArgLocator,
+        conditions: Sequence[tuple[str, int | None, int | None, Any]],
+        schema: RolloutSchema,
+        extractors: Sequence[Extractor],
+        defaults: bool,
+        binds_instance: bool,
+    ) -> None:
+        self.role = role
+        self.role_name = role.name
+        self.target = target
+        self.function = function
+        self.schema = schema
+        self.locator = locator
+        # (argument name, its position with a bound instance, without one, the value it must have)
+        self.conditions = tuple(conditions)
+        self.function_guard = (role.name, id(function))  # the guard of a call without an instance
+        self.armed = True
+        self.defaults = defaults
+        self.binds_instance = binds_instance
+        # The user's extractors: at the start (before the span, so samplers see them) or at the end.
+        # A health pass has no span of its own: all of its extractors run per verdict.
+        at_start = tuple(e for e in extractors if runs_at_start(e)) if role.span_name is not None else ()
+        self.start_extractors = at_start
+        self.end_extractors = tuple(e for e in extractors if e not in at_start)
+        self.makes_call = bool(extractors)  # a call then gets a Call for its extractors
+        # The role's capability flags, as plain booleans.
+        self.spans = role.span_name is not None
+        self.reads_result = defaults and type(role).on_success is not Role.on_success
+        self.counts_outcome = role.counts_outcome
+        self.counts_reward = role.counts_reward
+        self.remembers = role.remembers_dispatch
+        self.emits = role.emits_child_spans
+        self.isolates = role.isolates
+
+    def admit(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Context | None:
+        """The current context when this call is traced; None passes it through untouched.
+
+        Traced when something records (an SDK is set; with none, nothing else is looked at),
+        instrumentation is not suppressed, the target's conditions hold, and it is not a nested
+        call of the same role on the same object.
+        """
+        if not self.armed:
+            return None
+        try:
+            recorder = ENGINE.setup.recorder
+            if recorder.cached_tracer is None and recorder.tracer() is None:
+                return None
+            current = context.get_current()
+            keys = compat.SUPPRESSION_KEYS
+            if keys is None:
+                if compat.suppressed(current):
+                    return None
+            else:
+                for key in keys:
+                    if current.get(key):
+                        return None
+            for name, index_bound, index_unbound, expected in self.conditions:
+                # ArgLocator.find for one name, written out: it runs on every call of the target
+                if kwargs and name in kwargs:
+                    value = kwargs[name]
+                else:
+                    index = index_unbound if instance is None else index_bound
+                    if index is None or index >= len(args):
+                        return None
+                    value = args[index]
+                if type(value) is not type(expected) or value != expected:
+                    return None
+            if current.get(_GUARD_KEY) == (self.function_guard if instance is None else (self.role_name, id(instance))):
+                return None
+        except Exception:
+            FAILURES.failed("condition of", self.role)
+            return None
+        return current
+
+    def start(self, current: Context, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Active | None:
+        """Start one admitted call: its span (none for a role without one) and its context, not yet
+        attached. None when the call is not the role's (a relay) or starting failed: it runs untouched."""
+        role = self.role
+        setup = ENGINE.setup
+        span = rollout_id = None
+        try:
+            recorder = setup.recorder
+            tracer = recorder.cached_tracer or recorder.tracer()
+            if tracer is None:
+                return None  # uninstrumented since the call was admitted
+            active = Active(self, setup)
+            call = active.call = Call(self, instance, args, kwargs) if self.makes_call else None
+            if self.spans:
+                row = self.locator.find(instance, args, kwargs)
+                if row is MISSING:
+                    row = None
+                if row is None and role.relays(current):
+                    return None
+                try:
+                    attributes, identity = role.start_attributes(self, row, current)
+                except Exception:  # a schema that fails on this row: logged once, the span goes on without
+                    FAILURES.failed("attribute rules of", role)
+                    attributes, identity = {}, None
+                if identity is not None:
+                    active.identity = identity
+                    rollout_id = identity.rollout_id
+                if self.start_extractors:
+                    call._row = row  # type: ignore[union-attr]
+                    run_extractors(self.start_extractors, call, attributes)  # type: ignore[arg-type]
+                span = active.span = role.open_span(tracer, setup, current, attributes)
+        except Exception:
+            FAILURES.failed("start of", role)
+            return None
+        guard = self.function_guard if instance is None else (self.role_name, id(instance))
+        try:
+            if self.isolates:
+                active.ctx = Context({_GUARD_KEY: guard})
+            elif rollout_id is None:
+                active.ctx = compat.with_values(current, span, None, {_GUARD_KEY: guard})
+            elif setup.propagate_baggage:
+                active.ctx = compat.with_values(current, span, (semconv.BAGGAGE_ROLLOUT_ID, rollout_id), {_GUARD_KEY: guard})
+            else:
+                active.ctx = compat.with_values(current, span, None, {_GUARD_KEY: guard, ROLLOUT_ID_CONTEXT_KEY: rollout_id})
+        except Exception:
+            FAILURES.failed("context of role", role)
+            active.ctx = compat.with_values(current, span, None, {_GUARD_KEY: guard})
+        return active
+
+
+class Active:
+    """One call in flight. :meth:`finish` is the single, idempotent place it ends.
+
+    ``setup`` is fixed when the call starts: an uninstrument() while it is in flight must not send
+    its end (the reward count, the dispatch remembered for its verdict) to the next configuration.
+    ``call`` is what the plan's extractors are given (None when it has none).
+    """
+
+    __slots__ = ("call", "ctx", "done", "identity", "plan", "setup", "span", "token")
+
+    def __init__(self, plan: Plan, setup: Setup) -> None:
+        self.plan = plan
+        self.setup = setup
+        self.call: Call | None = None
+        self.span: Span | None = None
+        self.identity: RolloutIdentity | None = None
+        self.ctx: Context = Context()
+        self.token: object | None = None
+        self.done = False
+
+    def attach(self) -> None:
+        self.token = context.attach(self.ctx)
+
+    def detach(self) -> None:
+        token, self.token = self.token, None
+        if token is not None:
+            try:
+                context.detach(token)  # type: ignore[arg-type]
+            except Exception:
+                FAILURES.failed("context detach of", Active.detach)
+
+    def finish(self, result: Any = MISSING, exception: BaseException | None = None) -> None:
+        """End the call: the role's end rules, the user's end extractors, the span, the counts."""
+        if self.done:
+            return
+        self.done = True
+        if self.token is not None:
+            self.detach()
+        plan = self.plan
+        span = self.span
+        try:
+            if plan.emits:
+                if exception is None:
+                    plan.role.emit(self, result)
+                return
+            if span is None:
+                return
+            if not span.is_recording():
+                span.end()  # sampled out: nothing to read, count or remember
+                return
+            attributes: dict[str, Any] | None = None
+            if exception is None and plan.reads_result:
+                try:
+                    attributes = plan.role.on_success(plan, result)
+                except Exception:  # a schema that fails on this result: logged once, the span goes on without
+                    FAILURES.failed("attribute rules of", plan.role)
+            if plan.end_extractors:
+                call: Call = self.call  # type: ignore[assignment]
+                call.result, call.exception = result, exception
+                if attributes is None:
+                    attributes = {}
+                run_extractors(plan.end_extractors, call, attributes)
+            if attributes:
+                span.set_attributes(attributes)
+            setup = self.setup
+            if exception is None:
+                span.end()
+                if plan.remembers and setup.remembers:
+                    identity = self.identity
+                    # identity None: the row could not be read, and nothing names the rollout.
+                    if identity is not None:
+                        setup.links.remember(
+                            span.get_span_context(),
+                            identity.task_index,
+                            identity.rollout_index,
+                            identity.attempt,
+                            identity.rollout_id if identity.custom_id else None,
+                        )
+                outcome = _OUTCOME_OK
+            else:
+                cancelled = isinstance(exception, _CANCELLATION)
+                setup.recorder.end_span(span, exception, cancelled)
+                outcome = _OUTCOME_CANCELLED if cancelled else _OUTCOME_ERROR
+            if plan.counts_reward and attributes and semconv.ROLLOUT_REWARD in attributes:
+                setup.recorder.count(semconv.METRIC_REWARDED)
+            if plan.counts_outcome:
+                setup.recorder.count(semconv.METRIC_DISPATCHES, outcome)
+        except Exception:
+            FAILURES.failed("end of role", plan.role)
+            if span is not None:
+                try:
+                    span.end()  # idempotent in the SDK: a span that already ended warns, never raises
+                except Exception:
+                    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# One wrapper per kind of function. Each admits, starts, attaches and finishes; nothing else.
+
+
+def _sync_wrapper(plan: Plan) -> Callable[..., Any]:
+    admit, start = plan.admit, plan.start
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        current = admit(instance, args, kwargs)
+        if current is None:
+            return wrapped(*args, **kwargs)
+        active = start(current, instance, args, kwargs)
+        if active is None:
+            return wrapped(*args, **kwargs)
+        active.token = context.attach(active.ctx)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exception:
+            active.finish(MISSING, exception)
+            raise
+        active.finish(result)
+        return result
+
+    return wrapper
+
+
+def _coroutine_wrapper(plan: Plan) -> Callable[..., Any]:
+    admit, start = plan.admit, plan.start
+
+    # The span starts when the coroutine starts running, so a coroutine never awaited leaves no span.
+    async def traced(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        active = start(context.get_current(), instance, args, kwargs)
+        if active is None:
+            return await wrapped(*args, **kwargs)
+        active.token = context.attach(active.ctx)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exception:
+            active.finish(MISSING, exception)
+            raise
+        active.finish(result)
+        return result
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if admit(instance, args, kwargs) is None:
+            return wrapped(*args, **kwargs)  # not traced: the original coroutine object itself
+        return traced(wrapped, instance, args, kwargs)
+
+    return wrapper
+
+
+def _generator_wrapper(plan: Plan) -> Callable[..., Any]:
+    admit, start, emits = plan.admit, plan.start, plan.emits
+
+    # The span starts at the first step, so a generator never iterated leaves no span.
+    def traced(generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        active = start(context.get_current(), instance, args, kwargs)
+        if active is None:
+            return (yield from generator)
+        to_send: Any = None
+        to_throw: BaseException | None = None
+        try:
+            while True:
+                active.attach()
+                try:
+                    item = generator.throw(to_throw) if to_throw is not None else generator.send(to_send)
+                except StopIteration as stop:
+                    active.finish(stop.value)
+                    return stop.value
+                active.detach()
+                if emits:
+                    _emit_item(active, item)
+                to_send, to_throw = None, None
+                try:
+                    to_send = yield item
+                except GeneratorExit:
+                    generator.close()
+                    raise
+                except BaseException as thrown:
+                    to_throw = thrown
+        except BaseException as exception:
+            active.finish(MISSING, exception)
+            raise
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        admitted = admit(instance, args, kwargs)
+        generator = wrapped(*args, **kwargs)
+        if admitted is None:
+            return generator
+        return traced(generator, instance, args, kwargs)
+
+    return wrapper
+
+
+def _async_generator_wrapper(plan: Plan) -> Callable[..., Any]:
+    admit, start, emits = plan.admit, plan.start, plan.emits
+
+    async def traced(generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        active = start(context.get_current(), instance, args, kwargs)
+        if active is None:
+            async for item in _passthrough(generator):
+                yield item
+            return
+        to_send: Any = None
+        to_throw: BaseException | None = None
+        try:
+            while True:
+                active.attach()
+                try:
+                    item = await (generator.athrow(to_throw) if to_throw is not None else generator.asend(to_send))
+                except StopAsyncIteration:
+                    active.finish(None)
+                    return
+                active.detach()
+                if emits:
+                    _emit_item(active, item)
+                to_send, to_throw = None, None
+                try:
+                    to_send = yield item
+                except GeneratorExit:
+                    await generator.aclose()
+                    raise
+                except BaseException as thrown:
+                    to_throw = thrown
+        except BaseException as exception:
+            active.finish(MISSING, exception)
+            raise
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        admitted = admit(instance, args, kwargs)
+        generator = wrapped(*args, **kwargs)
+        if admitted is None:
+            return generator
+        return traced(generator, instance, args, kwargs)
+
+    return wrapper
+
+
+async def _passthrough(generator: Any) -> Any:
+    """An async generator's items, values sent and exceptions thrown, untouched (a relay's generator)."""
+    to_send: Any = None
+    to_throw: BaseException | None = None
+    while True:
+        try:
+            item = await (generator.athrow(to_throw) if to_throw is not None else generator.asend(to_send))
+        except StopAsyncIteration:
+            return
+        to_send, to_throw = None, None
+        try:
+            to_send = yield item
+        except GeneratorExit:
+            await generator.aclose()
+            raise
+        except BaseException as thrown:
+            to_throw = thrown
+
+
+class _TracedAsyncContextManager(wrapt.ObjectProxy):  # type: ignore[misc]
+    """The async context manager a target returned, with the call's span around the ``async with`` body.
+
+    Everything but entering and leaving is the manager's own (wrapt forwards it). The span starts
+    when the body is entered, is current in the body, and ends when it is left: the result is what
+    ``__aenter__`` returned; an exception that leaves the block (one the manager does not
+    suppress) is the call's exception.
+    """
+
+    def __init__(self, manager: Any, plan: Plan, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        super().__init__(manager)
+        self._self_plan = plan
+        self._self_call = (instance, args, kwargs)
+        self._self_active: Active | None = None
+        self._self_entered: Any = None
+
+    async def __aenter__(self) -> Any:
+        active = self._self_plan.start(context.get_current(), *self._self_call)
+        if active is None:
+            return await self.__wrapped__.__aenter__()
+        active.token = context.attach(active.ctx)
+        try:
+            entered = await self.__wrapped__.__aenter__()
+        except BaseException as exception:
+            active.finish(MISSING, exception)
+            raise
+        self._self_active, self._self_entered = active, entered
+        return entered
+
+    async def __aexit__(self, kind: Any, exception: BaseException | None, traceback: Any) -> Any:
+        active, self._self_active = self._self_active, None
+        if active is None:
+            return await self.__wrapped__.__aexit__(kind, exception, traceback)
+        try:
+            suppressed = await self.__wrapped__.__aexit__(kind, exception, traceback)
+        except BaseException as raised:
+            active.finish(MISSING, raised)
+            raise
+        if exception is not None and not suppressed:
+            active.finish(MISSING, exception)
+        else:
+            active.finish(self._self_entered)
+        return suppressed
+
+
+def _async_context_manager_wrapper(plan: Plan) -> Callable[..., Any]:
+    admit = plan.admit
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        admitted = admit(instance, args, kwargs)
+        manager = wrapped(*args, **kwargs)
+        if admitted is None or not hasattr(type(manager), "__aenter__"):
+            return manager
+        return _TracedAsyncContextManager(manager, plan, instance, args, kwargs)
+
+    return wrapper
+
+
+def _emit_item(active: Active, item: Any) -> None:
+    try:
+        active.plan.role.emit(active, item)
+    except Exception:
+        FAILURES.failed("health item of", active.plan.role)
+
+
+def function_kind(function: Any) -> str:
+    """``sync``, ``coroutine``, ``generator``, ``async_generator`` or ``async_context_manager``."""
+    raw = getattr(function, "__func__", function)  # classmethod / staticmethod objects
+    if inspect.isasyncgenfunction(raw):
+        return "async_generator"
+    if inspect.iscoroutinefunction(raw):
+        return "coroutine"
+    if inspect.isgeneratorfunction(raw):
+        return "generator"
+    # contextlib.asynccontextmanager: a plain function wrapping an async generator function
+    if inspect.isasyncgenfunction(getattr(raw, "__wrapped__", None)):
+        return "async_context_manager"
+    return "sync"
+
+
+WRAPPERS: Mapping[str, Callable[[Plan], Callable[..., Any]]] = {
+    "sync": _sync_wrapper,
+    "coroutine": _coroutine_wrapper,
+    "generator": _generator_wrapper,
+    "async_generator": _async_generator_wrapper,
+    "async_context_manager": _async_context_manager_wrapper,
+}

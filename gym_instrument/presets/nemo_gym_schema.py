@@ -1,0 +1,201 @@
+"""How NeMo Gym names and scores its rollouts: its rows, native episodes, verify results and digests.
+
+Every NeMo Gym field name the package reads is here, beside the preset's target table
+(``nemo_gym.py``). It is also the schema of any target that names none: SPEC sections 2-4 are
+written in NeMo Gym's terms (``_ng_task_index``, ``reward``, ``mask_sample``, ``findings``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from gym_instrument import semconv
+from gym_instrument.schema import (
+    _INT64_MAX,
+    _MODEL_FIELDS,
+    _UNKNOWN,
+    MISSING,
+    RolloutIdentity,
+    RolloutSchema,
+    VerdictFacts,
+    VerdictName,
+    _model_fields,
+    checks_of,
+    field,
+    index_form,
+    index_value,
+    is_a,
+    outcome_attributes,
+    parse_index_form,
+    rollout_id_string,
+    task_id_of,
+    verdict_attributes,
+)
+
+TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id", "task_name")
+# A verify request that has none of these carries no rollout id of its own.
+REQUEST_ID_FIELDS = ("_ng_rollout_id", "capture_rollout_id", "_ng_task_index", "_ng_rollout_index")
+# NeMo Gym's RolloutDigest (rollout_health): read directly when a verdict has all of these.
+DIGEST_FIELDS = frozenset(("task_index", "rollout_index", "rollout_id", "verdict", "findings"))
+
+
+def _model_lacks(request: Any, names: tuple[str, ...]) -> bool:
+    """True when ``request`` is a pydantic model with none of ``names``: no field, computed field or extra."""
+    try:
+        model = type(request)
+        fields = getattr(model, "__pydantic_fields__", None)
+        if type(fields) is not dict:
+            return False
+        computed = getattr(model, "__pydantic_computed_fields__", None) or ()
+        for name in names:
+            if name in fields or name in computed:
+                return False
+        extra = request.__pydantic_extra__
+        if extra is None:
+            return True
+        if type(extra) is not dict:
+            return False
+        for name in names:
+            if name in extra:
+                return False
+        return True
+    except Exception:
+        return False
+
+
+def _is_verdict(value: Any) -> bool:
+    return any(field(value, name) is not MISSING for name in ("verdict", "rollout_id", "task_index", "_ng_task_index"))
+
+
+def _verdict_name(verdict: Any) -> VerdictName:
+    """A verdict's rollout id and (task index, rollout index); other index types match nothing."""
+    task_index = field(verdict, "task_index")
+    rollout_index = field(verdict, "rollout_index")
+    if task_index is MISSING and rollout_index is MISSING:  # a rollout_verdicts.jsonl row
+        task_index, rollout_index = field(verdict, "_ng_task_index"), field(verdict, "_ng_rollout_index")
+    for value in (task_index, rollout_index):
+        if value is not MISSING and value is not None and index_value(value) is None:
+            return None, None, None  # not even through a bare "{task}-{rollout}" id beside them
+    return rollout_id_string(field(verdict, "rollout_id")), index_value(task_index), index_value(rollout_index)
+
+
+class NemoGymSchema(RolloutSchema):
+    name = "nemo_gym"
+
+    def identity(self, row: Any) -> RolloutIdentity:
+        """A flat row (``task_id``, ``_ng_task_index``, ``_ng_rollout_index``, ``_ng_attempt_index``,
+        ``_ng_rollout_id``, ``agent_ref.name``) or 0.7.0's native episode body
+        (``{"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", ...}}``)."""
+        if row is None:
+            return RolloutIdentity()
+        task_index = rollout_index = None
+        custom_id = False
+        episode = field(row, "episode_id")
+        if episode is not MISSING and episode is not None and not is_a(episode, (str, int)):
+            rollout_id = rollout_id_string(field(episode, "rollout_id"))
+            attempt = index_value(field(episode, "attempt"))
+            task = field(row, "task")
+            task_id = None if task is MISSING else task_id_of(task, TASK_ID_FIELDS)
+            if rollout_id is not None:
+                parsed = parse_index_form(rollout_id)
+                if parsed is None:
+                    custom_id = True
+                else:
+                    task_index, rollout_index, parsed_attempt = parsed
+                    if attempt is None:
+                        attempt = parsed_attempt
+        else:
+            # A row parsed from JSON is a plain dict: read it directly (absent and None mean the same here).
+            read = row.get if type(row) is dict else partial(field, row)
+            task_id = task_id_of(row, TASK_ID_FIELDS)
+            task_index = index_value(read("_ng_task_index"))
+            rollout_index = index_value(read("_ng_rollout_index"))
+            attempt = index_value(read("_ng_attempt_index"))
+            rollout_id = rollout_id_string(read("_ng_rollout_id"))
+            if rollout_id is not None:
+                custom_id = parse_index_form(rollout_id) is None
+            elif task_index is not None and rollout_index is not None:
+                rollout_id = index_form(task_index, rollout_index, attempt)
+        agent = field(row, "agent_ref")
+        agent_name = None if agent is MISSING or agent is None else rollout_id_string(field(agent, "name"))
+        return RolloutIdentity(task_id, task_index, rollout_index, attempt, rollout_id, custom_id, agent_name)
+
+    def request_rollout_id(self, request: Any) -> str | None:
+        if request is None:
+            return None
+        if type(request) is not dict and _model_lacks(request, REQUEST_ID_FIELDS):
+            return None  # the flat-row path's request: looked up name by name it costs microseconds
+        for name in ("_ng_rollout_id", "capture_rollout_id"):
+            explicit = rollout_id_string(field(request, name))
+            if explicit is not None:
+                return explicit
+        task_index = index_value(field(request, "_ng_task_index"))
+        rollout_index = index_value(field(request, "_ng_rollout_index"))
+        if task_index is None or rollout_index is None:
+            return None
+        return index_form(task_index, rollout_index, index_value(field(request, "_ng_attempt_index")))
+
+    def result_attributes(self, result: Any) -> dict[str, Any]:
+        """A verify response's ``reward``, ``mask_sample`` and ``failure_kind`` (or a bare number)."""
+        kind = type(result)
+        if kind is not bool and issubclass(kind, (int, float)):  # a bare number is the reward, masked or not
+            attributes = outcome_attributes(result, None, None)
+            if kind is not int and kind is not float:  # a subclass may carry the other two as attributes
+                attributes.update(outcome_attributes(None, field(result, "mask_sample"), field(result, "failure_kind")))
+            return attributes
+        return outcome_attributes(field(result, "reward"), field(result, "mask_sample"), field(result, "failure_kind"))
+
+    def verdicts(self, result: Any) -> Sequence[Any]:
+        """``.rollouts`` / ``["rollouts"]`` of a health result, a list of verdicts, or one verdict."""
+        if is_a(result, (list, tuple)):
+            return result  # type: ignore[no-any-return]
+        rollouts = field(result, "rollouts")
+        if is_a(rollouts, (list, tuple)):
+            return rollouts  # type: ignore[no-any-return]
+        if result is not None and _is_verdict(result):
+            return (result,)
+        return ()
+
+    def verdict_facts(self, verdicts: Sequence[Any]) -> list[VerdictFacts]:
+        """One pass over a health result's verdicts. NeMo Gym's ``RolloutDigest`` (a pydantic model with
+        the digest fields, holding what they usually hold) is read directly; anything else field by field."""
+        facts: list[VerdictFacts] = []
+        append = facts.append
+        kind: Any = None
+        is_digest = False
+        for verdict in verdicts:
+            try:
+                if type(verdict) is not kind:  # a result's digests share their class: looked up once
+                    kind = type(verdict)
+                    names = _MODEL_FIELDS.get(kind, _UNKNOWN)
+                    if names is _UNKNOWN:
+                        names = _model_fields(kind)
+                    is_digest = names is not None and DIGEST_FIELDS <= names
+                if is_digest:
+                    task_index, rollout_index, rollout_id = verdict.task_index, verdict.rollout_index, verdict.rollout_id
+                    name, findings = verdict.verdict, verdict.findings
+                    if (
+                        type(rollout_id) is str
+                        and rollout_id.isascii()
+                        and type(task_index) is int  # index_value(), for the two indices
+                        and 0 <= task_index <= _INT64_MAX
+                        and type(rollout_index) is int
+                        and 0 <= rollout_index <= _INT64_MAX
+                        and type(findings) is list
+                    ):
+                        checks = checks_of(findings) if findings else []
+                        append(((rollout_id or None, task_index, rollout_index), verdict_attributes(name, checks)))
+                        continue
+            except Exception:
+                kind = None
+            try:
+                attributes = verdict_attributes(field(verdict, "verdict"), checks_of(field(verdict, "findings")))
+            except Exception:
+                attributes = {semconv.HEALTH_CHECKS: []}
+            append((_verdict_name(verdict), attributes))
+        return facts
+
+
+SCHEMA = NemoGymSchema()
