@@ -47,7 +47,7 @@ from typing import Any
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from gym_instrument import semconv
-from gym_instrument.config import GymConfig
+from gym_instrument.config import GymConfig, target_problem
 from gym_instrument.job import job_context
 from gym_instrument.linkage import DispatchLinks
 from gym_instrument.package import _instruments
@@ -76,7 +76,7 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 Recorder(config.tracer_provider, config.meter_provider),
                 DispatchLinks(config.link_capacity),
                 config.baggage,
-                remembers=any(target.role == semconv.ROLE_HEALTH for target in targets),
+                remembers=_verdicts_can_come(targets),
                 job=job_context(config.job_context),
             )
         )
@@ -89,3 +89,12 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if patcher is not None:
             patcher.restore()
         ENGINE.configure(Setup(Recorder(), DispatchLinks(ENGINE.links.capacity), True))
+
+
+def _verdicts_can_come(targets: list[Target]) -> bool:
+    """Whether a health target could ever be wrapped: its module can be found (nothing imported
+    to know). Only then are ended dispatches remembered for verdicts; a preset's health target
+    for a version of its framework without one (nemo-gym 0.4.0 has no ``rollout_health``) would
+    otherwise fill the dispatch memory with entries no verdict reads. A ``@health`` function turns
+    remembering on by itself (the engine does)."""
+    return any(target.role == semconv.ROLE_HEALTH and target_problem(target) is None for target in targets)
