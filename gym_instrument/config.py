@@ -123,6 +123,26 @@ def _as_given(value: Any) -> Any:
     return value
 
 
+# -- what a later instrument() call adds to the running configuration ------------------------------
+
+
+def _more_targets(running: tuple[Target, ...], added: tuple[Target, ...]) -> tuple[Target, ...]:
+    return running + tuple(target for target in added if target not in running)
+
+
+def _more_extractors(
+    running: Mapping[str, tuple[Extractor, ...]], added: Mapping[str, tuple[Extractor, ...]]
+) -> Mapping[str, tuple[Extractor, ...]]:
+    merged = dict(running)
+    for role, extractors in added.items():
+        merged[role] = merged.get(role, ()) + tuple(e for e in extractors if e not in merged.get(role, ()))
+    return MappingProxyType(merged)
+
+
+def _more_roles(running: frozenset[str], added: frozenset[str]) -> frozenset[str]:
+    return running | added
+
+
 # -- a target that this interpreter cannot find -----------------------------------------------------
 
 
@@ -172,12 +192,14 @@ class Setting:
     environment, or ``ValueError``. ``entry``: for a list setting, the parser of one entry (an
     environment entry that fails it is skipped, the others apply). ``check``: a check of one entry
     against this interpreter, made when resolving for ``instrument()`` (``check=True``).
+    ``combine``: how a later ``instrument()`` call adds to the running value (None: it replaces it).
     """
 
     env: str | None
     parse: Callable[[Any], Any]
     entry: Callable[[Any], Any] | None = None
     check: Callable[[Any], Any] | None = None
+    combine: Callable[[Any, Any], Any] | None = None
 
 
 _SETTING = "gym_instrument.setting"
@@ -203,7 +225,7 @@ class GymConfig:
 
     targets: tuple[Target, ...] = field(
         default=(),
-        metadata=_declare(ENV_TARGETS, parse_targets, entry=Target.parse, check=_checked_target),
+        metadata=_declare(ENV_TARGETS, parse_targets, entry=Target.parse, check=_checked_target, combine=_more_targets),
     )
     presets: tuple[str, ...] = field(default=DEFAULT_PRESETS, metadata=_declare(ENV_PRESETS, parse_presets))
     link_capacity: int = field(default=DEFAULT_LINK_CAPACITY, metadata=_declare(ENV_LINK_CAPACITY, parse_capacity))
@@ -211,9 +233,11 @@ class GymConfig:
     job_context: str = field(default=JOB_LINK, metadata=_declare(ENV_JOB_CONTEXT, parse_job_mode))
     # Code only: no environment variable.
     extractors: Mapping[str, tuple[Extractor, ...]] = field(
-        default_factory=_no_extractors, metadata=_declare(None, parse_extractors)
+        default_factory=_no_extractors, metadata=_declare(None, parse_extractors, combine=_more_extractors)
     )
-    replace_default_extractors: frozenset[str] = field(default=frozenset(), metadata=_declare(None, parse_roles))
+    replace_default_extractors: frozenset[str] = field(
+        default=frozenset(), metadata=_declare(None, parse_roles, combine=_more_roles)
+    )
     tracer_provider: Any = field(default=None, metadata=_declare(None, _as_given))  # None: the global provider
     meter_provider: Any = field(default=None, metadata=_declare(None, _as_given))
 
@@ -228,10 +252,14 @@ class GymConfig:
         arguments: Mapping[str, Any],
         environ: Mapping[str, str] | None = None,
         *,
+        running: GymConfig | None = None,
         check: bool = False,
     ) -> GymConfig:
         """Arguments (raise on bad values) > environment (log and skip bad values) > defaults.
 
+        ``running``: the configuration of an ``instrument()`` already in effect. An argument then
+        replaces its value (or adds to it: targets, extractors, replace_default_extractors), and
+        what no argument gives stays as it runs; the environment is not read again.
         ``check``: also reject (code) or skip (environment) targets this interpreter cannot find.
         An argument of None counts as not given.
         """
@@ -242,7 +270,11 @@ class GymConfig:
                 value = setting.parse(arguments[name])
                 if check and setting.check is not None:
                     value = tuple(setting.check(item) for item in value)
+                if running is not None and setting.combine is not None:
+                    value = setting.combine(getattr(running, name), value)
                 values[name] = value
+            elif running is not None:
+                values[name] = getattr(running, name)
             elif setting.env is not None and environ.get(setting.env, "").strip():
                 parsed = _from_environment(setting, environ[setting.env], check)
                 if parsed is not None:

@@ -143,3 +143,24 @@ def test_checked_resolve_skips_a_target_this_interpreter_cannot_find(caplog: pyt
     assert len(messages) == 2 and all("OTEL_PYTHON_GYM_TARGETS" in message for message in messages)
     with pytest.raises(ValueError, match="no module named 'no_such_package_7f3e'"):
         GymConfig.resolve({"targets": ["no_such_package_7f3e:f=verify"]}, environ={}, check=True)
+
+
+def test_a_later_call_adds_targets_and_extractors_and_replaces_the_rest(caplog: pytest.LogCaptureFixture) -> None:
+    def first(call: Any) -> None:
+        return None
+
+    def second(call: Any) -> None:
+        return None
+
+    environ = {"OTEL_PYTHON_GYM_TARGETS": "a:f=dispatch", "OTEL_PYTHON_GYM_LINK_CAPACITY": "lots"}
+    with caplog.at_level(logging.ERROR, logger="gym_instrument"):
+        running = GymConfig.resolve({"extractors": {"verify": [first]}, "baggage": False}, environ=environ)
+        later = GymConfig.resolve(
+            {"targets": ["b:g=verify", "a:f=dispatch"], "extractors": {"verify": [second, first]}, "link_capacity": 9},
+            environ=environ,
+            running=running,
+        )
+    assert later.targets == (Target("a:f", "dispatch"), Target("b:g", "verify"))
+    assert dict(later.extractors) == {"verify": (first, second)}
+    assert (later.link_capacity, later.baggage) == (9, False)  # given: replaced; not given: as it runs
+    assert len(caplog.records) == 1  # the bad variable was logged once, by the first call only
