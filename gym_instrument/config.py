@@ -1,20 +1,29 @@
-"""Configuration: one frozen dataclass; ``instrument()`` arguments win over ``OTEL_PYTHON_GYM_*``
-environment variables, which win over defaults — decided here and nowhere else.
+"""Configuration: one frozen dataclass whose fields each declare their setting once — the
+``instrument()`` argument (the field's name), its ``OTEL_PYTHON_GYM_*`` environment variable (or
+none: code only), its default and its parser. :meth:`GymConfig.resolve` decides precedence,
+argument > environment > default, here and nowhere else.
 
 A bad value passed in code raises ``ValueError``; a bad value in the environment is logged with
-the variable's name and skipped, so the application still starts.
+the variable's name and skipped, so the application still starts. In a list setting
+(``OTEL_PYTHON_GYM_TARGETS``) one bad entry is skipped and the good ones still apply.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from gym_instrument.job import JOB_LINK, JOB_MODES
-from gym_instrument.targets import Target
+from gym_instrument.roles import ROLES
+from gym_instrument.targets import Target, check_importable
+
+if TYPE_CHECKING:
+    from gym_instrument.extract import Extractor
 
 _LOG = logging.getLogger("gym_instrument")
 
@@ -30,6 +39,9 @@ DEFAULT_LINK_CAPACITY = 1_000_000
 
 def _split(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+# -- parsers: a value from code or from the environment, or ValueError -----------------------------
 
 
 def parse_targets(value: str | Iterable[str | Target]) -> tuple[Target, ...]:
@@ -79,56 +91,208 @@ def parse_job_mode(value: str) -> str:
     return mode
 
 
+def parse_extractors(value: Any) -> Mapping[str, tuple[Extractor, ...]]:
+    if not isinstance(value, Mapping):
+        raise ValueError("extractors must map a role (dispatch, verify, health) to a list of callables")
+    checked: dict[str, tuple[Extractor, ...]] = {}
+    for role, callables in value.items():
+        if role not in ROLES:
+            raise ValueError(f"extractors: unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        try:
+            items = (callables,) if callable(callables) else tuple(callables)
+        except TypeError:
+            items = (callables,)
+        if not all(callable(item) for item in items):
+            raise ValueError(f"extractors for {role!r} must be callables")
+        checked[role] = items
+    return MappingProxyType(checked)
+
+
+def parse_roles(value: str | Iterable[str]) -> frozenset[str]:
+    try:
+        roles = frozenset([value] if isinstance(value, str) else value)
+    except TypeError:
+        raise ValueError(f"replace_default_extractors: expected role names, got {value!r}") from None
+    unknown = roles - set(ROLES)
+    if unknown:
+        raise ValueError(f"replace_default_extractors: unknown role(s) {sorted(unknown)}")
+    return roles
+
+
+def _as_given(value: Any) -> Any:
+    return value
+
+
+# -- what a later instrument() call adds to the running configuration ------------------------------
+
+
+def _more_targets(running: tuple[Target, ...], added: tuple[Target, ...]) -> tuple[Target, ...]:
+    return running + tuple(target for target in added if target not in running)
+
+
+def _more_extractors(
+    running: Mapping[str, tuple[Extractor, ...]], added: Mapping[str, tuple[Extractor, ...]]
+) -> Mapping[str, tuple[Extractor, ...]]:
+    merged = dict(running)
+    for role, extractors in added.items():
+        merged[role] = merged.get(role, ()) + tuple(e for e in extractors if e not in merged.get(role, ()))
+    return MappingProxyType(merged)
+
+
+def _more_roles(running: frozenset[str], added: frozenset[str]) -> frozenset[str]:
+    return running | added
+
+
+# -- a target that this interpreter cannot find -----------------------------------------------------
+
+
+def target_problem(target: Target) -> str | None:
+    """Why a target cannot be instrumented here, or None. Nothing is imported to find out: its
+    module must be findable, and when that module is already imported it must define the function."""
+    return check_importable(target) or _missing_attribute(target)
+
+
+def _missing_attribute(target: Target) -> str | None:
+    """Why a target whose module is already imported cannot be found there, or None."""
+    module = sys.modules.get(target.module)
+    if module is None:
+        return None  # found when its module is imported (post-import hook)
+    owner: Any = module
+    *owner_path, attribute = target.qualname.split(".")
+    for part in owner_path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
+    try:
+        defined_here = attribute in vars(owner)
+    except TypeError:
+        defined_here = False
+    if defined_here:
+        return None
+    if getattr(owner, attribute, None) is not None:  # patching it would need the class that defines it
+        return f"target {target}: {target.qualname!r} is inherited, not defined there; target the class that defines it"
+    return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
+
+
+def _checked_target(target: Target) -> Target:
+    problem = target_problem(target)
+    if problem is not None:
+        raise ValueError(problem)
+    return target
+
+
+# -- the settings ---------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Setting:
-    env: str
+    """How one :class:`GymConfig` field is set.
+
+    ``env``: its environment variable, or None (code only). ``parse``: a value from code or the
+    environment, or ``ValueError``. ``entry``: for a list setting, the parser of one entry (an
+    environment entry that fails it is skipped, the others apply). ``check``: a check of one entry
+    against this interpreter, made when resolving for ``instrument()`` (``check=True``).
+    ``combine``: how a later ``instrument()`` call adds to the running value (None: it replaces it).
+    """
+
+    env: str | None
     parse: Callable[[Any], Any]
+    entry: Callable[[Any], Any] | None = None
+    check: Callable[[Any], Any] | None = None
+    combine: Callable[[Any, Any], Any] | None = None
+
+
+_SETTING = "gym_instrument.setting"
+
+
+def _declare(env: str | None, parse: Callable[[Any], Any], **how: Any) -> dict[str, Setting]:
+    """A field's metadata: its :class:`Setting`."""
+    return {_SETTING: Setting(env, parse, **how)}
+
+
+def _no_extractors() -> Mapping[str, tuple[Extractor, ...]]:
+    return MappingProxyType({})
 
 
 @dataclass(frozen=True)
 class GymConfig:
-    """Everything ``instrument()`` is configured with; each field knows its variable and default."""
+    """Everything ``instrument()`` is configured with; each field declares its setting once.
 
-    targets: tuple[Target, ...] = ()
-    presets: tuple[str, ...] = DEFAULT_PRESETS
-    link_capacity: int = DEFAULT_LINK_CAPACITY
-    baggage: bool = True
-    job_context: str = JOB_LINK
+    Example::
 
-    SETTINGS: ClassVar[dict[str, Setting]] = {
-        "targets": Setting(ENV_TARGETS, parse_targets),
-        "presets": Setting(ENV_PRESETS, parse_presets),
-        "link_capacity": Setting(ENV_LINK_CAPACITY, parse_capacity),
-        "baggage": Setting(ENV_BAGGAGE, parse_bool),
-        "job_context": Setting(ENV_JOB_CONTEXT, parse_job_mode),
-    }
+        GymConfig.resolve({"link_capacity": 10_000})       # argument > OTEL_PYTHON_GYM_* > default
+    """
+
+    targets: tuple[Target, ...] = field(
+        default=(),
+        metadata=_declare(ENV_TARGETS, parse_targets, entry=Target.parse, check=_checked_target, combine=_more_targets),
+    )
+    presets: tuple[str, ...] = field(default=DEFAULT_PRESETS, metadata=_declare(ENV_PRESETS, parse_presets))
+    link_capacity: int = field(default=DEFAULT_LINK_CAPACITY, metadata=_declare(ENV_LINK_CAPACITY, parse_capacity))
+    baggage: bool = field(default=True, metadata=_declare(ENV_BAGGAGE, parse_bool))
+    job_context: str = field(default=JOB_LINK, metadata=_declare(ENV_JOB_CONTEXT, parse_job_mode))
+    # Code only: no environment variable.
+    extractors: Mapping[str, tuple[Extractor, ...]] = field(
+        default_factory=_no_extractors, metadata=_declare(None, parse_extractors, combine=_more_extractors)
+    )
+    replace_default_extractors: frozenset[str] = field(
+        default=frozenset(), metadata=_declare(None, parse_roles, combine=_more_roles)
+    )
+    tracer_provider: Any = field(default=None, metadata=_declare(None, _as_given))  # None: the global provider
+    meter_provider: Any = field(default=None, metadata=_declare(None, _as_given))
 
     @classmethod
-    def resolve(cls, arguments: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> GymConfig:
-        """Arguments (raise on bad values) > environment (log and skip bad values) > defaults."""
+    def settings(cls) -> dict[str, Setting]:
+        """Each field's :class:`Setting`, by field (and ``instrument()`` argument) name."""
+        return {spec.name: spec.metadata[_SETTING] for spec in fields(cls)}
+
+    @classmethod
+    def resolve(
+        cls,
+        arguments: Mapping[str, Any],
+        environ: Mapping[str, str] | None = None,
+        *,
+        running: GymConfig | None = None,
+        check: bool = False,
+    ) -> GymConfig:
+        """Arguments (raise on bad values) > environment (log and skip bad values) > defaults.
+
+        ``running``: the configuration of an ``instrument()`` already in effect. An argument then
+        replaces its value (or adds to it: targets, extractors, replace_default_extractors), and
+        what no argument gives stays as it runs; the environment is not read again.
+        ``check``: also reject (code) or skip (environment) targets this interpreter cannot find.
+        An argument of None counts as not given.
+        """
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for spec in fields(cls):
-            setting = cls.SETTINGS[spec.name]
-            if arguments.get(spec.name) is not None:
-                values[spec.name] = setting.parse(arguments[spec.name])
-            elif environ.get(setting.env, "").strip():
-                parsed = _from_environment(setting, environ[setting.env])
+        for name, setting in cls.settings().items():
+            if arguments.get(name) is not None:
+                value = setting.parse(arguments[name])
+                if check and setting.check is not None:
+                    value = tuple(setting.check(item) for item in value)
+                if running is not None and setting.combine is not None:
+                    value = setting.combine(getattr(running, name), value)
+                values[name] = value
+            elif running is not None:
+                values[name] = getattr(running, name)
+            elif setting.env is not None and environ.get(setting.env, "").strip():
+                parsed = _from_environment(setting, environ[setting.env], check)
                 if parsed is not None:
-                    values[spec.name] = parsed
+                    values[name] = parsed
         return cls(**values)
 
 
-def _from_environment(setting: Setting, raw: str) -> Any:
-    if setting.parse is parse_targets:
+def _from_environment(setting: Setting, raw: str, check: bool) -> Any:
+    if setting.entry is not None:
         # One bad entry is skipped; the good ones still apply.
-        targets = []
+        entries = []
         for item in _split(raw):
             try:
-                targets.append(Target.parse(item))
+                entry = setting.entry(item)
+                entries.append(setting.check(entry) if check and setting.check is not None else entry)
             except ValueError as error:
                 _LOG.error("gym_instrument: %s: skipped %s", setting.env, error)
-        return tuple(targets)
+        return tuple(entries)
     try:
         return setting.parse(raw)
     except ValueError as error:

@@ -21,6 +21,15 @@ In a script::
     ...
     GymInstrumentor().uninstrument()
 
+Both at once — a script run under the launcher, which has already called ``instrument()`` at
+startup: the script's ``instrument(...)`` is added to the running instrumentation instead of being
+dropped. Its targets are armed and its extractors (and ``replace_default_extractors``) join the
+running ones, for every target of their role, as if one call had been given both; any other
+argument it gives (``tracer_provider``, ``link_capacity``, ``presets``...) replaces the running
+value, and what it does not give stays as the launcher configured it. Targets already armed are
+wrapped again at that moment (a call made by another thread just then may go untraced).
+``uninstrument()`` undoes all of it.
+
 On code you own, the same roles as decorators::
 
     import gym_instrument
@@ -41,112 +50,119 @@ is tied to the ``TRACEPARENT`` the process was started with).
 from __future__ import annotations
 
 import logging
-import sys
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
-from gym_instrument import semconv
-from gym_instrument.config import ENV_TARGETS, GymConfig
-from gym_instrument.extract import Extractor
-from gym_instrument.job import job_context
+from gym_instrument.config import GymConfig, target_problem
+from gym_instrument.job import JobContext, job_context
 from gym_instrument.linkage import DispatchLinks
 from gym_instrument.package import _instruments
 from gym_instrument.plan import ENGINE, Setup
 from gym_instrument.presets import PRESETS
 from gym_instrument.record import Recorder
 from gym_instrument.roles import ROLES
-from gym_instrument.targets import Patcher, Target, check_importable
+from gym_instrument.targets import Patcher, Target
 
 _LOG = logging.getLogger("gym_instrument")
 
 
-def _check_extractors(extractors: Any) -> dict[str, tuple[Extractor, ...]]:
-    if extractors is None:
-        return {}
-    if not isinstance(extractors, Mapping):
-        raise ValueError("extractors must map a role (dispatch, verify, health) to a list of callables")
-    checked: dict[str, tuple[Extractor, ...]] = {}
-    for role, callables in extractors.items():
-        if role not in ROLES:
-            raise ValueError(f"extractors: unknown role {role!r}; expected one of {', '.join(ROLES)}")
-        items = (callables,) if callable(callables) else tuple(callables)
-        if not all(callable(item) for item in items):
-            raise ValueError(f"extractors for {role!r} must be callables")
-        checked[role] = items
-    return checked
+@dataclass(frozen=True)
+class _Running:
+    """What the ``instrument()`` in effect configured, armed and records with."""
 
-
-def _check_roles(roles: Iterable[str] | None) -> frozenset[str]:
-    roles = frozenset([roles] if isinstance(roles, str) else roles or ())
-    unknown = roles - set(ROLES)
-    if unknown:
-        raise ValueError(f"replace_default_extractors: unknown role(s) {sorted(unknown)}")
-    return roles
+    config: GymConfig
+    targets: tuple[Target, ...]
+    patcher: Patcher
+    recorder: Recorder
+    links: DispatchLinks
+    job: JobContext | None
 
 
 class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Wraps rollout dispatch, verify and health functions to emit ``gym.*`` spans and metrics."""
+    """Wraps rollout dispatch, verify and health functions to emit ``gym.*`` spans and metrics.
 
-    _patcher: Patcher | None = None
+    A singleton (as every ``BaseInstrumentor``). Calling ``instrument()`` again while instrumented
+    — a script run under ``opentelemetry-instrument`` — adds its targets and extractors to the
+    running instrumentation and applies its other arguments (see the module's documentation);
+    ``uninstrument()`` undoes everything every call armed.
+    """
+
+    _running: _Running | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
 
-    def _instrument(self, **kwargs: Any) -> None:
-        code_targets = kwargs.get("targets")
-        config = GymConfig.resolve(kwargs)
-        extractors = _check_extractors(kwargs.get("extractors"))
-        replace_defaults = _check_roles(kwargs.get("replace_default_extractors"))
+    def instrument(self, **kwargs: Any) -> Any:
+        """Instrument; when already instrumented, add this call's arguments to the running instrumentation.
 
-        targets: list[Target] = [target for name in config.presets for target in PRESETS[name]]
-        for target in config.targets:
-            problem = check_importable(target) or _missing_attribute(target)
-            if problem is None:
-                targets.append(target)
-            elif code_targets is not None:
-                raise ValueError(problem)
-            else:
-                _LOG.error("gym_instrument: %s: skipped %s", ENV_TARGETS, problem)
-
-        ENGINE.configure(
-            Setup(
-                Recorder(kwargs.get("tracer_provider"), kwargs.get("meter_provider")),
-                DispatchLinks(config.link_capacity),
-                config.baggage,
-                remembers=any(target.role == semconv.ROLE_HEALTH for target in targets),
-                job=job_context(config.job_context),
-            )
+        A bad argument raises ``ValueError`` and leaves the running instrumentation as it was.
+        """
+        running = GymInstrumentor._running
+        if not self._is_instrumented_by_opentelemetry or running is None:
+            return super().instrument(**kwargs)
+        config = GymConfig.resolve(kwargs, running=running.config, check=True)
+        self._arm(config, running)
+        changed = [name for name in GymConfig.settings() if getattr(config, name) != getattr(running.config, name)]
+        _LOG.info(
+            "gym_instrument: instrument() called while instrumented (under opentelemetry-instrument?): %s",
+            f"applied {', '.join(changed)}" if changed else "nothing new",
         )
-        patcher = Patcher(extractors, replace_defaults)
-        GymInstrumentor._patcher = patcher
-        patcher.arm(targets)
+        return None
+
+    def _instrument(self, **kwargs: Any) -> None:
+        self._arm(GymConfig.resolve(kwargs, check=True), None)
+
+    @staticmethod
+    def _arm(config: GymConfig, running: _Running | None) -> None:
+        """Record with ``config`` and arm its targets; what did not change from ``running`` is kept
+        (the recorder, the remembered dispatches, the job context, the wrapped functions)."""
+        targets = (*(target for name in config.presets for target in PRESETS[name]), *config.targets)
+        before = running.config if running is not None else None
+
+        def unchanged(*names: str) -> bool:
+            return before is not None and all(getattr(before, name) == getattr(config, name) for name in names)
+
+        if running is not None and unchanged("tracer_provider", "meter_provider"):
+            recorder = running.recorder
+        else:
+            recorder = Recorder(config.tracer_provider, config.meter_provider)
+        if running is not None and unchanged("link_capacity"):
+            links = running.links
+        else:
+            links = DispatchLinks(config.link_capacity)
+            if running is not None and len(running.links):
+                _LOG.warning(
+                    "gym_instrument: link_capacity changed: %d remembered dispatches dropped; their verdicts make no span",
+                    len(running.links),
+                )
+        job = running.job if running is not None and unchanged("job_context") else job_context(config.job_context)
+        ENGINE.configure(Setup(recorder, links, config.baggage, remembers=_verdicts_can_come(targets), job=job))
+
+        if running is not None and running.targets == targets and unchanged("extractors", "replace_default_extractors"):
+            patcher = running.patcher
+        else:
+            # One patcher for everything armed, re-armed whole: extractors added now reach the
+            # targets armed before, and restore() puts back every original in one place.
+            patcher = Patcher(config.extractors, config.replace_default_extractors)
+            if running is not None:
+                running.patcher.restore()
+            patcher.arm(targets)
+        GymInstrumentor._running = _Running(config, targets, patcher, recorder, links, job)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        patcher, GymInstrumentor._patcher = GymInstrumentor._patcher, None
-        if patcher is not None:
-            patcher.restore()
+        running, GymInstrumentor._running = GymInstrumentor._running, None
+        if running is not None:
+            running.patcher.restore()
         ENGINE.configure(Setup(Recorder(), DispatchLinks(ENGINE.links.capacity), True))
 
 
-def _missing_attribute(target: Target) -> str | None:
-    """Why a target whose module is already imported cannot be found there, or None."""
-    module = sys.modules.get(target.module)
-    if module is None:
-        return None  # found when its module is imported (post-import hook)
-    owner: Any = module
-    *owner_path, attribute = target.qualname.split(".")
-    for part in owner_path:
-        owner = getattr(owner, part, None)
-        if owner is None:
-            return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
-    try:
-        defined_here = attribute in vars(owner)
-    except TypeError:
-        defined_here = False
-    if defined_here:
-        return None
-    if getattr(owner, attribute, None) is not None:  # patching it would need the class that defines it
-        return f"target {target}: {target.qualname!r} is inherited, not defined there; target the class that defines it"
-    return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
+def _verdicts_can_come(targets: tuple[Target, ...]) -> bool:
+    """Whether a health target could ever be wrapped: its module can be found (nothing imported
+    to know). Only then are ended dispatches remembered for verdicts; a preset's health target
+    for a version of its framework without one (nemo-gym 0.4.0 has no ``rollout_health``) would
+    otherwise fill the dispatch memory with entries no verdict reads. A ``@health`` function turns
+    remembering on by itself (the engine does)."""
+    return any(ROLES[target.role].emits_child_spans and target_problem(target) is None for target in targets)

@@ -91,3 +91,76 @@ def test_environment_targets_instrument(
     instrument()
     importlib.import_module(name).send_row({"task_id": "env"})
     assert [span.attributes[semconv.TASK_ID] for span in telemetry.spans()] == ["env"]
+
+
+def test_every_setting_is_declared_once_with_its_variable() -> None:
+    settings = GymConfig.settings()
+    assert set(settings) == {spec for spec in GymConfig.__dataclass_fields__}
+    variables = {name: setting.env for name, setting in settings.items()}
+    assert variables == {
+        "targets": "OTEL_PYTHON_GYM_TARGETS",
+        "presets": "OTEL_PYTHON_GYM_PRESETS",
+        "link_capacity": "OTEL_PYTHON_GYM_LINK_CAPACITY",
+        "baggage": "OTEL_PYTHON_GYM_BAGGAGE",
+        "job_context": "OTEL_PYTHON_GYM_JOB_CONTEXT",
+        "extractors": None,  # code only
+        "replace_default_extractors": None,
+        "tracer_provider": None,
+        "meter_provider": None,
+    }
+
+
+def test_extractors_and_replaced_roles_are_settings() -> None:
+    def mark(call: Any) -> dict[str, Any]:
+        return {"mark": 1}
+
+    config = GymConfig.resolve({"extractors": {"verify": mark}, "replace_default_extractors": "verify"}, environ={})
+    assert dict(config.extractors) == {"verify": (mark,)}
+    assert config.replace_default_extractors == frozenset({"verify"})
+    assert (dict(GymConfig().extractors), GymConfig().replace_default_extractors) == ({}, frozenset())
+
+
+def test_a_code_only_setting_has_no_variable() -> None:
+    config = GymConfig.resolve({}, environ={"OTEL_PYTHON_GYM_EXTRACTORS": "os:system", "OTEL_PYTHON_GYM_TRACER_PROVIDER": "x"})
+    assert config == GymConfig()
+
+
+def test_one_bad_target_in_the_environment_is_skipped_and_the_others_apply(caplog: pytest.LogCaptureFixture) -> None:
+    environ = {"OTEL_PYTHON_GYM_TARGETS": "a.b:f=dispatch,a.b:g=judge,c:h=verify"}
+    with caplog.at_level(logging.ERROR, logger="gym_instrument"):
+        config = GymConfig.resolve({}, environ=environ)
+    assert config.targets == (Target("a.b:f", "dispatch"), Target("c:h", "verify"))
+    (record,) = caplog.records
+    assert "OTEL_PYTHON_GYM_TARGETS" in record.getMessage() and "judge" in record.getMessage()
+
+
+def test_checked_resolve_skips_a_target_this_interpreter_cannot_find(caplog: pytest.LogCaptureFixture) -> None:
+    environ = {"OTEL_PYTHON_GYM_TARGETS": "json:dumps=dispatch,no_such_package_7f3e:f=verify,json:no_such_fn=verify"}
+    with caplog.at_level(logging.ERROR, logger="gym_instrument"):
+        config = GymConfig.resolve({}, environ=environ, check=True)
+    assert config.targets == (Target("json:dumps", "dispatch"),)
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2 and all("OTEL_PYTHON_GYM_TARGETS" in message for message in messages)
+    with pytest.raises(ValueError, match="no module named 'no_such_package_7f3e'"):
+        GymConfig.resolve({"targets": ["no_such_package_7f3e:f=verify"]}, environ={}, check=True)
+
+
+def test_a_later_call_adds_targets_and_extractors_and_replaces_the_rest(caplog: pytest.LogCaptureFixture) -> None:
+    def first(call: Any) -> None:
+        return None
+
+    def second(call: Any) -> None:
+        return None
+
+    environ = {"OTEL_PYTHON_GYM_TARGETS": "a:f=dispatch", "OTEL_PYTHON_GYM_LINK_CAPACITY": "lots"}
+    with caplog.at_level(logging.ERROR, logger="gym_instrument"):
+        running = GymConfig.resolve({"extractors": {"verify": [first]}, "baggage": False}, environ=environ)
+        later = GymConfig.resolve(
+            {"targets": ["b:g=verify", "a:f=dispatch"], "extractors": {"verify": [second, first]}, "link_capacity": 9},
+            environ=environ,
+            running=running,
+        )
+    assert later.targets == (Target("a:f", "dispatch"), Target("b:g", "verify"))
+    assert dict(later.extractors) == {"verify": (first, second)}
+    assert (later.link_capacity, later.baggage) == (9, False)  # given: replaced; not given: as it runs
+    assert len(caplog.records) == 1  # the bad variable was logged once, by the first call only

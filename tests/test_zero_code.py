@@ -44,10 +44,14 @@ async def main():
 
 TARGETS = "rollout_loop:Agent.run=dispatch,rollout_loop:Scorer.verify=verify,rollout_loop:health_pass=health"
 
+MAIN = "import asyncio\n\nimport rollout_loop\n\nasyncio.run(rollout_loop.main())\n"
 
-def run_instrumented(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+
+def run_instrumented(
+    tmp_path: Path, main: str = MAIN, **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     (tmp_path / "rollout_loop.py").write_text(LOOP)
-    (tmp_path / "main.py").write_text("import asyncio\n\nimport rollout_loop\n\nasyncio.run(rollout_loop.main())\n")
+    (tmp_path / "main.py").write_text(main)
     launcher = Path(sys.executable).parent / "opentelemetry-instrument"
     environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
@@ -148,3 +152,57 @@ def test_a_job_started_with_traceparent_links_every_rollout(tmp_path: Path) -> N
             (f"0x{job_trace}", f"0x{job_span}")
         ]
     assert len({span["context"]["trace_id"] for span in dispatches}) == 4
+
+
+# A script that instruments its own functions, as it would without the launcher.
+SCRIPT_INSTRUMENTS = """
+import asyncio
+
+import rollout_loop
+from gym_instrument import GymInstrumentor
+
+
+def warm_up(row):
+    return row["answer"]
+
+
+def answer_of(call):
+    return {"loop.answer": call.row["answer"]}
+
+
+GymInstrumentor().instrument(
+    targets=["__main__:warm_up=dispatch", "rollout_loop:Agent.run=dispatch"],
+    extractors={"dispatch": [answer_of]},
+)
+warm_up({"task_id": "warm", "_ng_task_index": 9, "_ng_rollout_index": 0, "answer": "A"})
+asyncio.run(rollout_loop.main())
+"""
+
+
+def test_a_script_instrument_call_under_the_launcher_adds_its_targets_and_extractors(tmp_path: Path) -> None:
+    """The launcher instrumented at startup (verify and health from the environment); the script's
+    own instrument() adds its dispatch targets and extractor instead of being dropped."""
+    process, spans = run_instrumented(
+        tmp_path,
+        SCRIPT_INSTRUMENTS,
+        OTEL_PYTHON_GYM_TARGETS="rollout_loop:Scorer.verify=verify,rollout_loop:health_pass=health",
+        OTEL_PYTHON_GYM_PRESETS="none",
+    )
+    assert process.returncode == 0, process.stderr
+    assert "REWARDS [1.0, 0.0, 1.0, 0.0]" in process.stdout
+    assert "already instrumented" not in process.stderr
+    dispatches = {span["context"]["span_id"]: span for span in spans if span["name"] == semconv.SPAN_DISPATCH}
+    assert sorted((span["attributes"][semconv.TASK_ID], span["attributes"]["loop.answer"]) for span in dispatches.values()) == [
+        ("t0", "B"),
+        ("t0", "C"),
+        ("t1", "B"),
+        ("t1", "C"),
+        ("warm", "A"),
+    ]
+    # The launcher's targets run under the script's dispatch spans: one trace per rollout.
+    verifies = [span for span in spans if span["name"] == semconv.SPAN_VERIFY]
+    health = [span for span in spans if span["name"] == semconv.SPAN_HEALTH]
+    assert len(verifies) == len(health) == 4
+    for span in verifies + health:
+        parent = dispatches[span["parent_id"]]
+        assert span["attributes"][semconv.ROLLOUT_ID] == parent["attributes"][semconv.ROLLOUT_ID]
