@@ -26,8 +26,8 @@ startup: the script's ``instrument(...)`` is added to the running instrumentatio
 dropped. Its targets are armed and its extractors (and ``replace_default_extractors``) join the
 running ones, for every target of their role, as if one call had been given both; any other
 argument it gives (``tracer_provider``, ``link_capacity``, ``presets``...) replaces the running
-value, and what it does not give stays as the launcher configured it. Targets already armed are
-wrapped again at that moment (a call made by another thread just then may go untraced).
+value, and what it does not give stays as the launcher configured it. Functions already wrapped
+stay wrapped (a reference taken to one keeps working) and take the new extractors.
 ``uninstrument()`` undoes all of it.
 
 On code you own, the same roles as decorators::
@@ -141,15 +141,14 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         job = running.job if running is not None and unchanged("job_context") else job_context(config.job_context)
         ENGINE.configure(Setup(recorder, links, config.baggage, remembers=_verdicts_can_come(targets), job=job))
 
-        if running is not None and running.targets == targets and unchanged("extractors", "replace_default_extractors"):
-            patcher = running.patcher
-        else:
-            # One patcher for everything armed, re-armed whole: extractors added now reach the
-            # targets armed before, and restore() puts back every original in one place.
+        if running is None:
             patcher = Patcher(config.extractors, config.replace_default_extractors)
-            if running is not None:
-                running.patcher.restore()
             patcher.arm(targets)
+        else:
+            # The same patcher, updated in place: what stays wrapped keeps its wrappers (and takes
+            # the extractors added now), new targets are armed, and restore() still puts back all.
+            patcher = running.patcher
+            patcher.update(targets, config.extractors, config.replace_default_extractors)
         GymInstrumentor._running = _Running(config, targets, patcher, recorder, links, job)
 
     def _uninstrument(self, **kwargs: Any) -> None:

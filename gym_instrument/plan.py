@@ -157,22 +157,27 @@ class Plan:
         self.conditions = tuple(conditions)
         self.function_guard = (role.name, id(function))  # the guard of a call without an instance
         self.armed = True
-        self.defaults = defaults
         self.binds_instance = binds_instance
-        # The user's extractors: at the start (before the span, so samplers see them) or at the end.
-        # A health pass has no span of its own: all of its extractors run per verdict.
-        at_start = tuple(e for e in extractors if runs_at_start(e)) if role.span_name is not None else ()
-        self.start_extractors = at_start
-        self.end_extractors = tuple(e for e in extractors if e not in at_start)
-        self.makes_call = bool(extractors)  # a call then gets a Call for its extractors
-        # The role's capability flags, as plain booleans.
         self.spans = role.span_name is not None
-        self.reads_result = defaults and type(role).on_success is not Role.on_success
+        self.use_extractors(extractors, defaults)
+        # The role's capability flags, as plain booleans.
         self.counts_outcome = role.counts_outcome
         self.counts_reward = role.counts_reward
         self.remembers = role.remembers_dispatch
         self.emits = role.emits_child_spans
         self.isolates = role.isolates
+
+    def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
+        """The user's extractors, and whether the role's own attribute rules apply (a second
+        ``instrument()`` can change them on a function that stays wrapped)."""
+        # At the start (before the span, so samplers see them) or at the end. A health pass has
+        # no span of its own: all of its extractors run per verdict.
+        at_start = tuple(e for e in extractors if runs_at_start(e)) if self.spans else ()
+        self.start_extractors = at_start
+        self.end_extractors = tuple(e for e in extractors if e not in at_start)
+        self.makes_call = bool(extractors)  # a call then gets a Call for its extractors
+        self.defaults = defaults
+        self.reads_result = defaults and type(self.role).on_success is not Role.on_success
 
     def admit(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Context | None:
         """The current context when this call is traced; None passes it through untouched.

@@ -203,6 +203,7 @@ class _Patch:
     attribute: str
     original: Any
     wrapper: GymWrapper
+    target: Target
 
 
 class Patcher:
@@ -226,7 +227,9 @@ class Patcher:
             self._targets.setdefault(target.module, []).append(target)
         for module_name in self._targets:
             with _HOOK_LOCK:
-                _PATCHERS_BY_MODULE.setdefault(module_name, []).append(self)
+                patchers = _PATCHERS_BY_MODULE.setdefault(module_name, [])
+                if self not in patchers:
+                    patchers.append(self)
                 already = sys.modules.get(module_name)
                 register = already is None and module_name not in _PENDING_HOOKS
                 if register:
@@ -271,7 +274,7 @@ class Patcher:
             replace_defaults=target.role in self._replace_defaults,
         )
         setattr(owner, attribute, wrapper)
-        self._patches.append(_Patch(owner, attribute, original, wrapper))
+        self._patches.append(_Patch(owner, attribute, original, wrapper, target))
 
     def _reach_subclasses(self, base: type, attribute: str, target: Target) -> None:
         """Wrap overrides in existing subclasses, and arrange for future ones to be wrapped too."""
@@ -289,7 +292,9 @@ class Patcher:
             pending.extend(type.__subclasses__(subclass))
         if base not in self._watched:
             self._watch_subclasses(base)
-        self._watched.setdefault(base, []).append(target)
+        watched = self._watched.setdefault(base, [])
+        if target not in watched:
+            watched.append(target)
 
     def _wrap_resolved(self, base: type, subclass: type, attribute: str, target: Target) -> None:
         """Wrap the function a subclass's attribute resolves to, in the class of its MRO that defines
@@ -329,6 +334,54 @@ class Patcher:
             except Exception as error:
                 _LOG.warning("gym_instrument: override %s.%s not instrumented: %s", subclass.__qualname__, attribute, error)
 
+    def update(
+        self, targets: Iterable[Target], extractors: Mapping[str, Iterable[Extractor]], replace_defaults: Iterable[str]
+    ) -> None:
+        """Arm ``targets`` with ``extractors`` in place of what is armed, without unwrapping what stays.
+
+        A target armed already keeps its wrappers (a reference someone took to one keeps working)
+        and its plan takes the new extractors; a new target is armed; a target no longer wanted is
+        put back and disarmed.
+        """
+        wanted = list(dict.fromkeys(targets))
+        with self._lock:
+            self._extractors = {role: tuple(extractors.get(role, ())) for role in ROLES}
+            self._replace_defaults = frozenset(replace_defaults)
+            armed = [target for module_targets in self._targets.values() for target in module_targets]
+            gone = {target for target in armed if target not in wanted}
+            for patch in [patch for patch in self._patches if patch.target in gone]:
+                self._put_back(patch)
+                self._patches.remove(patch)
+            for watched in self._watched.values():
+                watched[:] = [target for target in watched if target not in gone]
+            for patch in self._patches:
+                target = patch.target
+                patch.wrapper._self_gym_plan.use_extractors(
+                    (*self._extractors.get(target.role, ()), *target.extractors),
+                    defaults=target.default_extractors and target.role not in self._replace_defaults,
+                )
+            self._targets = {}
+            for target in wanted:
+                self._targets.setdefault(target.module, []).append(target)
+        self._forget_modules_without_targets()
+        self.arm(())
+
+    def _forget_modules_without_targets(self) -> None:
+        with _HOOK_LOCK:
+            for module_name, patchers in list(_PATCHERS_BY_MODULE.items()):
+                if self in patchers and module_name not in self._targets:
+                    patchers.remove(self)
+                    if not patchers:
+                        del _PATCHERS_BY_MODULE[module_name]
+
+    @staticmethod
+    def _put_back(patch: _Patch) -> None:
+        # Disarmed whether or not it can be put back: a reference taken before (``from mod
+        # import f``, or someone who wrapped over it) passes calls through from now on.
+        patch.wrapper._self_gym_plan.armed = False
+        if vars(patch.owner).get(patch.attribute) is patch.wrapper:
+            setattr(patch.owner, patch.attribute, patch.original)
+
     # -- restoring -----------------------------------------------------------------------------
 
     def restore(self) -> None:
@@ -343,11 +396,7 @@ class Patcher:
                     if not patchers:
                         _PATCHERS_BY_MODULE.pop(module_name, None)
             for patch in reversed(self._patches):
-                # Disarmed whether or not it can be put back: a reference taken before (``from mod
-                # import f``, or someone who wrapped over it) passes calls through from now on.
-                patch.wrapper._self_gym_plan.armed = False
-                if vars(patch.owner).get(patch.attribute) is patch.wrapper:
-                    setattr(patch.owner, patch.attribute, patch.original)
+                self._put_back(patch)
             for base, previous in reversed(self._subclass_hooks):
                 if previous is None:
                     if "__init_subclass__" in vars(base):

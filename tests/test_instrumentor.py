@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gym_instrument import GymInstrumentor, Target, semconv
-from gym_instrument.presets import PRESETS
 from gym_instrument.plan import ENGINE
+from gym_instrument.presets import PRESETS
 from gym_instrument.targets import check_importable
 from tests.conftest import Telemetry
 
@@ -113,6 +113,43 @@ def test_a_second_instrument_adds_its_targets_and_extractors(
         ("3-0", "first"),
         ("3-1", "repeat"),
     ]
+
+
+def test_a_reference_taken_before_a_second_call_stays_traced_with_its_extractors(
+    make_module: Any, instrument: Any, telemetry: Any
+) -> None:
+    """``from rollouts import send_row`` before the script's own instrument(): the function stays
+    wrapped (nothing is unwrapped and wrapped again), so the reference is traced and takes the
+    extractor added by the second call."""
+    name = make_module(ROLLOUTS)
+    module = importlib.import_module(name)
+    instrument(targets=[f"{name}:send_row=dispatch"])
+    taken = module.send_row
+    GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch"], extractors={"dispatch": [attempt_of]})
+    assert module.send_row is taken
+    first, repeat = rows(2)
+    assert taken(first) == first
+    assert module.send_other(repeat) == repeat
+    spans = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert [(span.attributes[semconv.ROLLOUT_ID], span.attributes["loop.attempt.kind"]) for span in spans] == [
+        ("3-0", "first"),
+        ("3-1", "repeat"),
+    ]
+
+
+def test_a_second_call_without_a_preset_puts_its_targets_back(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    name = make_module(ROLLOUTS)
+    module = importlib.import_module(name)
+    original = module.send_row
+    instrument(targets=[f"{name}:send_row=dispatch"])
+    taken = module.send_row
+    GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch"])
+    # Code targets of a second call add to the first call's: send_row stays armed.
+    assert module.send_row is taken
+    GymInstrumentor().uninstrument()
+    assert module.send_row is original
+    taken(rows(1)[0])
+    assert telemetry.spans() == []
 
 
 def test_uninstrument_undoes_what_every_call_armed(make_module: Any, instrument: Any, telemetry: Any) -> None:
