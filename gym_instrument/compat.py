@@ -13,7 +13,7 @@ changes is tested today.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import baggage, context, trace
@@ -129,16 +129,14 @@ def span_of(current: Context) -> Span | None:
     return None if span is trace.INVALID_SPAN else span
 
 
-def with_values(current: Context, span: Span | None, baggage_entry: tuple[str, str] | None, values: Mapping[str, Any]) -> Context:
-    """``current`` with ``span`` as its span (when given), one baggage entry added, and plain ``values``."""
+def with_values(current: Context, span: Span | None, baggage_entry: tuple[str, str] | None, key: str, value: Any) -> Context:
+    """``current`` with ``span`` as its span (when given), one baggage entry added, and ``key`` set to ``value``."""
     keys = CONTEXT_KEYS
     if keys is None:
         ctx = current if span is None else trace.set_span_in_context(span, current)
         if baggage_entry is not None:
             ctx = baggage.set_baggage(baggage_entry[0], baggage_entry[1], ctx)
-        for key, value in values.items():
-            ctx = context.set_value(key, value, ctx)
-        return ctx
+        return context.set_value(key, value, ctx)
     merged = dict(current)
     if span is not None:
         merged[keys[0]] = span
@@ -147,8 +145,23 @@ def with_values(current: Context, span: Span | None, baggage_entry: tuple[str, s
         entries = dict(entries) if isinstance(entries, dict) else {}
         entries[baggage_entry[0]] = baggage_entry[1]
         merged[keys[1]] = entries
-    merged.update(values)
+    merged[key] = value
     return Context(merged)
+
+
+def parents_in(current: Context) -> Callable[[Span], Context]:
+    """A maker of ``current`` with one span after another as its span (a health pass parents each
+    verdict's span to its dispatch), the context's other values copied once."""
+    keys = CONTEXT_KEYS
+    if keys is None:
+        return lambda span: trace.set_span_in_context(span, current)
+    values, span_key = dict(current), keys[0]
+
+    def parent(span: Span) -> Context:
+        values[span_key] = span
+        return Context(values)
+
+    return parent
 
 
 def span_context(trace_id: int, span_id: int, sampled: bool) -> SpanContext:

@@ -7,9 +7,11 @@ keys; positions made stale by a retry or a consumed entry are skipped when they 
 front (a per-key count says how many), and the deque is compacted when stale positions pile
 up. ``dict`` order alone would not do: popping its first key scans past every deleted slot.
 
-A dispatch that ends is only queued (one append, no lock); the queue is folded into the
-memory in batches, and before anything reads it (a verdict's lookup, its size), in the order
-the dispatches ended. Per dispatch that is about half the work of doing it one by one.
+A dispatch that ends is packed at once (its key and its packed int, the objects the memory keeps:
+its span context is not held) and queued (one append, no lock). The queue is folded into the
+memory when something reads it (a verdict's lookup, its size) or when it would pass the capacity,
+in the order the dispatches ended: during a run that is nothing more per dispatch, and the
+health pass, which reads them all, folds them in one go.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import NamedTuple
 
 from opentelemetry.trace import SpanContext
 
-from gym_instrument.compat import span_context, span_context_ids
+from gym_instrument.compat import SPAN_CONTEXT_IS_TUPLE, span_context, span_context_ids
 from gym_instrument.schema import index_form, parse_index_form
 
 _LOG = logging.getLogger(__name__)
@@ -37,6 +39,8 @@ _SPAN_MASK = (1 << 64) - 1
 
 
 _SMALL_TASK, _SMALL_ROLLOUT = 1 << 40, 1 << 16
+_KEY_BITS = 56  # a small-index key fits: rollout index < 2**16 shifted by 40, task index < 2**40
+_KEY_MASK = (1 << _KEY_BITS) - 1
 
 
 def _index_key(task_index: int, rollout_index: int) -> int:
@@ -64,8 +68,6 @@ class DispatchLinks:
     a health pass runs in can share it. ``on_evicted(count)`` is told of evictions.
     """
 
-    FOLD_AT = 512  # queued dispatches folded at once
-
     def __init__(self, capacity: int, on_evicted: Callable[[int], None] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"link capacity must be >= 1, got {capacity}")
@@ -85,7 +87,9 @@ class DispatchLinks:
         self._order: deque[int | str] = deque()
         self._stale: Counter[int | str] = Counter()  # stale positions per key in _order
         self._size = 0
-        self._queue: deque[tuple[SpanContext, int | None, int | None, int | None, str | None]] = deque()
+        # (packed << _KEY_BITS) | index key for small indices; else (key, packed), the key being the
+        # index key or (custom id, task index, rollout index)
+        self._queue: deque[int | tuple[int | tuple[str, int | None, int | None], int]] = deque()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -107,12 +111,27 @@ class DispatchLinks:
         custom_id: str | None,
     ) -> None:
         """Remember an ended dispatch; a later attempt of the same indices replaces the earlier one."""
-        if custom_id is None and (task_index is None or rollout_index is None):
+        key: int | tuple[str, int | None, int | None] | None = None
+        if custom_id is not None:
+            key = (custom_id, task_index, rollout_index)
+        elif task_index is None or rollout_index is None:
             return  # nothing a verdict could name it by
+        elif rollout_index >= _SMALL_ROLLOUT or task_index >= _SMALL_TASK:
+            key = _index_key(task_index, rollout_index)
+        if SPAN_CONTEXT_IS_TUPLE:  # its fields by position: no property call each
+            packed = (span_context[0] << _TRACE_SHIFT) | (span_context[1] << _SPAN_SHIFT) | (span_context[3] & 1)
+        else:
+            trace_id, span_id, flags = span_context_ids(span_context)
+            packed = (trace_id << _TRACE_SHIFT) | (span_id << _SPAN_SHIFT) | (flags & 1)
+        if attempt:
+            packed |= (attempt if attempt < _ATTEMPT_MAX else _ATTEMPT_MAX) << 1
         queue = self._queue
-        queue.append((span_context, task_index, rollout_index, attempt, custom_id))  # atomic: no lock
-        if len(queue) >= self.FOLD_AT or self._size + len(queue) > self.capacity:
-            self.fold()  # in batches; at capacity at once, so that eviction (and its warning) is not late
+        if key is None:  # the usual dispatch, small indices: one int holds it all until it is folded
+            queue.append((packed << _KEY_BITS) | (rollout_index << 40) | (task_index ^ rollout_index))  # atomic: no lock
+        else:
+            queue.append((key, packed))
+        if self._size + len(queue) > self.capacity:
+            self.fold()  # at capacity at once, so that eviction (and its warning) is not late
 
     def fold(self) -> None:
         """Move every queued dispatch into the memory, oldest first, evicting at capacity."""
@@ -124,23 +143,32 @@ class DispatchLinks:
         if evicted:
             self._report(evicted)
 
-    def _fold(self, queue: deque[tuple[SpanContext, int | None, int | None, int | None, str | None]]) -> int:
+    def _fold(self, queue: deque[int | tuple[int | tuple[str, int | None, int | None], int]]) -> int:
         entries, order, capacity = self._entries, self._order, self.capacity
         evicted = 0
         while queue:
             try:
-                remembered, task_index, rollout_index, attempt, custom_id = queue.popleft()
+                queued = queue.popleft()
             except IndexError:  # emptied by a fold in a forked child's reset; nothing left
                 break
-            trace_id, span_id, flags = span_context_ids(remembered)
-            packed = (trace_id << _TRACE_SHIFT) | (span_id << _SPAN_SHIFT) | (flags & 1)
-            if attempt:
-                packed |= (attempt if attempt < _ATTEMPT_MAX else _ATTEMPT_MAX) << 1
-            if custom_id is None:  # the usual dispatch: indices only
-                primary: int | str = _index_key(task_index, rollout_index)  # type: ignore[arg-type]
+            if type(queued) is int:
+                key: int | tuple[str, int | None, int | None] = queued & _KEY_MASK  # _index_key of small indices
+                packed = queued >> _KEY_BITS
+            else:
+                key, packed = queued
+            if type(key) is int:  # the usual dispatch: indices only
+                primary: int | str = key
                 if primary in entries:
                     self._discard_primary(primary)
-            elif task_index is not None and rollout_index is not None:
+                entries[primary] = packed
+                order.append(primary)
+                self._size += 1
+                while self._size > capacity:
+                    self._evict_oldest()
+                    evicted += 1
+                continue
+            custom_id, task_index, rollout_index = key  # type: ignore[misc]
+            if task_index is not None and rollout_index is not None:
                 primary = _index_key(task_index, rollout_index)
                 if primary in entries:
                     self._discard_primary(primary)

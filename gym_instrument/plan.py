@@ -120,17 +120,20 @@ class Plan:
         "defaults",
         "emits",
         "end_extractors",
+        "find_row",
         "function",
         "function_guard",
         "isolates",
         "locator",
         "makes_call",
+        "open_span",
         "reads_result",
         "remembers",
         "role",
         "role_name",
         "schema",
         "spans",
+        "start_attributes",
         "start_extractors",
         "target",
     )
@@ -153,6 +156,10 @@ class Plan:
         self.function = function
         self.schema = schema
         self.locator = locator
+        # The role's and the locator's methods, bound once: called on every call of the target.
+        self.find_row = locator.find
+        self.start_attributes = role.start_attributes
+        self.open_span = role.open_span
         # (argument name, its position with a bound instance, without one, the value it must have)
         self.conditions = tuple(conditions)
         self.function_guard = (role.name, id(function))  # the guard of a call without an instance
@@ -233,13 +240,13 @@ class Plan:
             active = Active(self, setup)
             call = active.call = Call(self, instance, args, kwargs) if self.makes_call else None
             if self.spans:
-                row = self.locator.find(instance, args, kwargs)
+                row = self.find_row(instance, args, kwargs)
                 if row is MISSING:
                     row = None
                 if row is None and role.relays(current):
                     return None
                 try:
-                    attributes, identity = role.start_attributes(self, row, current)
+                    attributes, identity = self.start_attributes(self, row, current)
                 except Exception:  # a schema that fails on this row: logged once, the span goes on without
                     FAILURES.failed("attribute rules of", role)
                     attributes, identity = {}, None
@@ -249,7 +256,7 @@ class Plan:
                 if self.start_extractors:
                     call._row = row  # type: ignore[union-attr]
                     run_extractors(self.start_extractors, call, attributes)  # type: ignore[arg-type]
-                span = active.span = role.open_span(tracer, setup, current, attributes)
+                span = active.span = self.open_span(tracer, setup, current, attributes)
         except Exception:
             FAILURES.failed("start of", role)
             return None
@@ -258,14 +265,15 @@ class Plan:
             if self.isolates:
                 active.ctx = Context({_GUARD_KEY: guard})
             elif rollout_id is None:
-                active.ctx = compat.with_values(current, span, None, {_GUARD_KEY: guard})
+                active.ctx = compat.with_values(current, span, None, _GUARD_KEY, guard)
             elif setup.propagate_baggage:
-                active.ctx = compat.with_values(current, span, (semconv.BAGGAGE_ROLLOUT_ID, rollout_id), {_GUARD_KEY: guard})
-            else:
-                active.ctx = compat.with_values(current, span, None, {_GUARD_KEY: guard, ROLLOUT_ID_CONTEXT_KEY: rollout_id})
+                active.ctx = compat.with_values(current, span, (semconv.BAGGAGE_ROLLOUT_ID, rollout_id), _GUARD_KEY, guard)
+            else:  # in-process only: a plain context value, which no propagator writes into headers
+                in_process = compat.with_values(current, span, None, ROLLOUT_ID_CONTEXT_KEY, rollout_id)
+                active.ctx = compat.with_values(in_process, None, None, _GUARD_KEY, guard)
         except Exception:
             FAILURES.failed("context of role", role)
-            active.ctx = compat.with_values(current, span, None, {_GUARD_KEY: guard})
+            active.ctx = compat.with_values(current, span, None, _GUARD_KEY, guard)
         return active
 
 

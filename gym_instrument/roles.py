@@ -18,7 +18,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind
 
 from gym_instrument import semconv
-from gym_instrument.compat import with_values
+from gym_instrument.compat import parents_in
 from gym_instrument.extract import run_extractors
 from gym_instrument.job import has_parent
 from gym_instrument.record import FrameworkSpan, framework_span
@@ -148,7 +148,8 @@ class HealthRole(Role):
         if tracer is None:
             return
         call, extractors = active.call, plan.end_extractors
-        current = context.get_current()
+        # Each health span's parent is an ended dispatch span: set in (a copy of) the current context, not made current.
+        parent_of = parents_in(context.get_current())
         spanned: list[Any] = []  # the verdict name of each span, counted once per pass (the same sums)
         try:
             verdicts = [*plan.schema.verdicts(result)]
@@ -162,9 +163,12 @@ class HealthRole(Role):
                     call.verdict = verdict  # type: ignore[union-attr]
                     run_extractors(extractors, call, attributes)  # type: ignore[arg-type]
                 attributes[semconv.ROLLOUT_ID] = link[1]
-                # Each health span's parent is an ended dispatch span: set in (a copy of) the current context, not made current.
-                parent = with_values(current, NonRecordingSpan(link[0]), None, {})
-                tracer.start_span(semconv.SPAN_HEALTH, context=parent, kind=SpanKind.INTERNAL, attributes=attributes).end()
+                tracer.start_span(
+                    semconv.SPAN_HEALTH,
+                    context=parent_of(NonRecordingSpan(link[0])),
+                    kind=SpanKind.INTERNAL,
+                    attributes=attributes,
+                ).end()
                 spanned.append(attributes.get(semconv.HEALTH_VERDICT))
         finally:
             tally: Counter[str] = Counter()

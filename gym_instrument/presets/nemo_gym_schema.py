@@ -81,6 +81,44 @@ def _verdict_name(verdict: Any) -> VerdictName:
     return rollout_id_string(field(verdict, "rollout_id")), index_value(task_index), index_value(rollout_index)
 
 
+def _flat_dict_identity(row: dict[str, Any]) -> RolloutIdentity | None:
+    """:meth:`NemoGymSchema.identity` of the usual row, a flat dict parsed from JSON whose fields hold
+    what they usually hold (a string task id, int indices, no rollout id or a string one, an
+    ``agent_ref`` dict), read directly; None for anything else (the general reader decides)."""
+    get = row.get
+    episode = get("episode_id")
+    task_id = get("task_id")
+    task_index = get("_ng_task_index")
+    rollout_index = get("_ng_rollout_index")
+    attempt = get("_ng_attempt_index")
+    rollout_id = get("_ng_rollout_id")
+    agent = get("agent_ref")
+    if not (
+        (episode is None or type(episode) is str or type(episode) is int)
+        and type(task_id) is str
+        and task_id
+        and task_id.isascii()
+        and type(task_index) is int
+        and 0 <= task_index <= _INT64_MAX
+        and type(rollout_index) is int
+        and 0 <= rollout_index <= _INT64_MAX
+        and (attempt is None or (type(attempt) is int and 0 <= attempt <= _INT64_MAX))
+        and rollout_id is None
+        and (agent is None or type(agent) is dict)
+    ):
+        return None
+    agent_name = None
+    if agent is not None:
+        name = agent.get("name")
+        if type(name) is str and name.isascii():
+            agent_name = name or None
+        elif name is not None:
+            return None
+    return RolloutIdentity(
+        task_id, task_index, rollout_index, attempt, index_form(task_index, rollout_index, attempt), False, agent_name
+    )
+
+
 class NemoGymSchema(RolloutSchema):
     name = "nemo_gym"
 
@@ -88,7 +126,11 @@ class NemoGymSchema(RolloutSchema):
         """A flat row (``task_id``, ``_ng_task_index``, ``_ng_rollout_index``, ``_ng_attempt_index``,
         ``_ng_rollout_id``, ``agent_ref.name``) or 0.7.0's native episode body
         (``{"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", ...}}``)."""
-        if row is None:
+        if type(row) is dict:
+            identity = _flat_dict_identity(row)
+            if identity is not None:
+                return identity
+        elif row is None:
             return RolloutIdentity()
         task_index = rollout_index = None
         custom_id = False
