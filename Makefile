@@ -24,6 +24,7 @@ demo: venv
 lint: venv
 	$(BIN)/ruff check gym_instrument tests benchmarks demo
 	$(BIN)/ruff format --check gym_instrument tests benchmarks demo
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

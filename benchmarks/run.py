@@ -51,11 +51,12 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   `SimpleSpanProcessor` into a null exporter. Before timing, the run checks that all three
   emit the same span (name, kind, attributes) and the same baggage. Async methods are driven
   without an event loop (the same driver for every side). An ended dispatch is remembered for its
-  health verdict only when a health function is instrumented too (a health target, or `@health`):
-  the issue's case instruments the dispatch alone, so nothing is remembered there; the rows *with a
-  health target* repeat it with the health function instrumented as well (as the nemo_gym preset
-  does), where every dispatch is remembered and the baselines remember nothing: shown for
-  reference, not judged.
+  health verdict only when a health function can be instrumented too (a health target whose
+  module exists, or `@health`): the first rows instrument the dispatch alone, so nothing is
+  remembered there; the *default configuration* rows repeat them with a health target armed as
+  well, which is what a zero-code NeMo Gym user gets (the nemo_gym preset's
+  `rollout_health:run_health_checks`, present from NeMo Gym 0.5 on): every dispatch is remembered,
+  and the baselines remember nothing. Both are judged against the idiomatic twin.
 - **B.** The instrumented call minus the bare call (the original function object), per call:
   with no SDK at all (the API's proxy provider), and with the SDK on under
   `suppress_instrumentation`. The extra row is a call the target's condition excludes
@@ -206,7 +207,7 @@ def unmet(rows: list[Row]) -> str:
             pieces = []
             if wrapt_function is not None:
                 pieces.append(f"wrapt's dispatch through a wrapper that does nothing ({wrapt_function.median:.2f} us)")
-            if remember is not None:
+            if remember is not None and "default configuration" in row.measured:
                 inside = (
                     f"{remember_in_run.median:.2f} us inside a traced run, where what it keeps takes memory the "
                     "span's own short-lived objects would otherwise reuse"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import baggage, context, trace
@@ -81,6 +82,30 @@ def _span_context_is_tuple() -> bool:
         return False
 
 
+def _context_variable() -> ContextVar[Context] | None:
+    """The context variable behind the API's runtime context (``context.get_current``, ``attach``,
+    ``detach`` are two calls around one ``get``, ``set`` and ``reset`` of it)."""
+    try:
+        variable = getattr(getattr(context, "_RUNTIME_CONTEXT", None), "_current_context", None)
+        if not isinstance(variable, ContextVar):
+            return None
+        probe = Context({"gym.probe": 1})
+        token = variable.set(probe)
+        try:
+            seen = context.get_current() is probe
+        finally:
+            variable.reset(token)
+        probe = Context({"gym.probe": 2})
+        api_token = context.attach(probe)
+        try:
+            seen = seen and variable.get() is probe
+        finally:
+            context.detach(api_token)
+        return variable if seen and context.get_current() is not probe else None
+    except Exception:
+        return None
+
+
 def _provider_attribute() -> str | None:
     """The module attribute in which the API keeps the global tracer provider (None until one is set)."""
     name = "_TRACER_PROVIDER"
@@ -100,9 +125,28 @@ SUPPRESSION_KEYS = _suppression_keys() if PROBES_ON else None
 CONTEXT_KEYS = _context_keys() if PROBES_ON else None
 # A SpanContext can be read and built by position (no property calls, no re-validation).
 SPAN_CONTEXT_IS_TUPLE = _span_context_is_tuple() if PROBES_ON else False
+# The runtime context's variable: the current context read and set in one step each.
+CONTEXT_VARIABLE = _context_variable() if PROBES_ON else None
 # Whether a global tracer provider is set can be read without get_tracer_provider(), which reads
 # os.environ on every call until one is set.
 PROVIDER_ATTRIBUTE = _provider_attribute() if PROBES_ON else None
+
+
+if CONTEXT_VARIABLE is not None:
+    current_context: Callable[[], Context] = CONTEXT_VARIABLE.get
+    attach: Callable[[Context], Any] = CONTEXT_VARIABLE.set
+    _reset = CONTEXT_VARIABLE.reset
+
+    def detach(token: Any) -> None:
+        """Put back the context a token was attached over (the API's ``detach``, which logs a failure)."""
+        try:
+            _reset(token)
+        except Exception:
+            context.detach(token)  # the API's own way: it logs what went wrong
+else:
+    current_context = context.get_current
+    attach = context.attach
+    detach = context.detach
 
 
 def suppressed(current: Context) -> bool:
@@ -174,7 +218,7 @@ def span_context(trace_id: int, span_id: int, sampled: bool) -> SpanContext:
 def span_context_ids(span_context: SpanContext) -> tuple[int, int, int]:
     """(trace id, span id, trace flags) of a span context."""
     if SPAN_CONTEXT_IS_TUPLE:
-        return span_context[0], span_context[1], span_context[3]  # type: ignore[index]
+        return span_context[0], span_context[1], span_context[3]
     return span_context.trace_id, span_context.span_id, span_context.trace_flags
 
 

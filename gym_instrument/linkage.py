@@ -127,7 +127,7 @@ class DispatchLinks:
             packed |= (attempt if attempt < _ATTEMPT_MAX else _ATTEMPT_MAX) << 1
         queue = self._queue
         if key is None:  # the usual dispatch, small indices: one int holds it all until it is folded
-            queue.append((packed << _KEY_BITS) | (rollout_index << 40) | (task_index ^ rollout_index))  # atomic: no lock
+            queue.append((packed << _KEY_BITS) | (rollout_index << 40) | (task_index ^ rollout_index))  # type: ignore[operator]  # atomic: no lock
         else:
             queue.append((key, packed))
         if self._size + len(queue) > self.capacity:
@@ -155,7 +155,7 @@ class DispatchLinks:
                 key: int | tuple[str, int | None, int | None] = queued & _KEY_MASK  # _index_key of small indices
                 packed = queued >> _KEY_BITS
             else:
-                key, packed = queued
+                key, packed = queued  # type: ignore[misc]
             if type(key) is int:  # the usual dispatch: indices only
                 primary: int | str = key
                 if primary in entries:
@@ -175,8 +175,8 @@ class DispatchLinks:
                 if custom_id in entries:
                     self._discard_custom(custom_id)
                 entries[custom_id] = packed
-                self._custom_of_index[primary] = custom_id  # type: ignore[index]
-                self._index_of_custom[custom_id] = primary  # type: ignore[assignment]
+                self._custom_of_index[primary] = custom_id
+                self._index_of_custom[custom_id] = primary
             else:
                 primary = custom_id
                 if primary in entries:

@@ -29,6 +29,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
 from gym_instrument import compat, semconv
+from gym_instrument.compat import attach, current_context, detach
 from gym_instrument.extract import Call, Extractor, run_extractors, runs_at_start
 from gym_instrument.job import JobContext
 from gym_instrument.linkage import DispatchLinks
@@ -199,7 +200,7 @@ class Plan:
             recorder = ENGINE.setup.recorder
             if recorder.cached_tracer is None and recorder.tracer() is None:
                 return None
-            current = context.get_current()
+            current = current_context()
             keys = compat.SUPPRESSION_KEYS
             if keys is None:
                 if compat.suppressed(current):
@@ -219,7 +220,8 @@ class Plan:
                     value = args[index]
                 if type(value) is not type(expected) or value != expected:
                     return None
-            if current.get(_GUARD_KEY) == (self.function_guard if instance is None else (self.role_name, id(instance))):
+            guard = current.get(_GUARD_KEY)
+            if guard is not None and guard == (self.function_guard if instance is None else (self.role_name, id(instance))):
                 return None
         except Exception:
             FAILURES.failed("condition of", self.role)
@@ -298,13 +300,13 @@ class Active:
         self.done = False
 
     def attach(self) -> None:
-        self.token = context.attach(self.ctx)
+        self.token = attach(self.ctx)
 
     def detach(self) -> None:
         token, self.token = self.token, None
         if token is not None:
             try:
-                context.detach(token)  # type: ignore[arg-type]
+                detach(token)
             except Exception:
                 FAILURES.failed("context detach of", Active.detach)
 
@@ -387,7 +389,7 @@ def _sync_wrapper(plan: Plan) -> Callable[..., Any]:
         active = start(current, instance, args, kwargs)
         if active is None:
             return wrapped(*args, **kwargs)
-        active.token = context.attach(active.ctx)
+        active.token = attach(active.ctx)
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exception:
@@ -404,10 +406,10 @@ def _coroutine_wrapper(plan: Plan) -> Callable[..., Any]:
 
     # The span starts when the coroutine starts running, so a coroutine never awaited leaves no span.
     async def traced(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        active = start(context.get_current(), instance, args, kwargs)
+        active = start(current_context(), instance, args, kwargs)
         if active is None:
             return await wrapped(*args, **kwargs)
-        active.token = context.attach(active.ctx)
+        active.token = attach(active.ctx)
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exception:
@@ -429,7 +431,7 @@ def _generator_wrapper(plan: Plan) -> Callable[..., Any]:
 
     # The span starts at the first step, so a generator never iterated leaves no span.
     def traced(generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        active = start(context.get_current(), instance, args, kwargs)
+        active = start(current_context(), instance, args, kwargs)
         if active is None:
             return (yield from generator)
         to_send: Any = None
@@ -471,7 +473,7 @@ def _async_generator_wrapper(plan: Plan) -> Callable[..., Any]:
     admit, start, emits = plan.admit, plan.start, plan.emits
 
     async def traced(generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        active = start(context.get_current(), instance, args, kwargs)
+        active = start(current_context(), instance, args, kwargs)
         if active is None:
             async for item in _passthrough(generator):
                 yield item
@@ -530,7 +532,7 @@ async def _passthrough(generator: Any) -> Any:
             to_throw = thrown
 
 
-class _TracedAsyncContextManager(wrapt.ObjectProxy):  # type: ignore[misc]
+class _TracedAsyncContextManager(wrapt.ObjectProxy):  # type: ignore[type-arg]
     """The async context manager a target returned, with the call's span around the ``async with`` body.
 
     Everything but entering and leaving is the manager's own (wrapt forwards it). The span starts
@@ -547,10 +549,10 @@ class _TracedAsyncContextManager(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_entered: Any = None
 
     async def __aenter__(self) -> Any:
-        active = self._self_plan.start(context.get_current(), *self._self_call)
+        active = self._self_plan.start(current_context(), *self._self_call)
         if active is None:
             return await self.__wrapped__.__aenter__()
-        active.token = context.attach(active.ctx)
+        active.token = attach(active.ctx)
         try:
             entered = await self.__wrapped__.__aenter__()
         except BaseException as exception:

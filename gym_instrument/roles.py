@@ -112,8 +112,8 @@ class DispatchRole(Role):
         if job.as_parent:
             return tracer.start_span(
                 self.span_name, context=job.parent_of(current), kind=SpanKind.INTERNAL, attributes=attributes
-            )  # type: ignore[arg-type]
-        return tracer.start_span(self.span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes, links=job.links)  # type: ignore[arg-type]
+            )
+        return tracer.start_span(self.span_name, context=current, kind=SpanKind.INTERNAL, attributes=attributes, links=job.links)
 
 
 class VerifyRole(Role):

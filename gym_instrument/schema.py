@@ -15,7 +15,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from gym_instrument import semconv
 from gym_instrument.record import utf8_safe
@@ -61,9 +61,8 @@ def field(obj: Any, name: str) -> Any:
         if kind is dict:
             return obj.get(name, MISSING)
         try:
-            names = _MODEL_FIELDS.get(kind, _UNKNOWN)
-            if names is _UNKNOWN:
-                names = _model_fields(kind)
+            known = _MODEL_FIELDS.get(kind, _UNKNOWN)
+            names = _model_fields(kind) if known is _UNKNOWN else cast("frozenset[str] | None", known)
         except Exception:  # a class that cannot be a dict key (a hostile metaclass): the general path
             names = None
         if names is not None:

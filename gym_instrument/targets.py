@@ -133,12 +133,14 @@ class ArgLocator:
         return MISSING
 
 
-class GymWrapper(wrapt.FunctionWrapper):  # type: ignore[misc]
+class GymWrapper(wrapt.FunctionWrapper):  # type: ignore[type-arg]
     """The wrapt wrapper this package installs; recognisable, so nothing is wrapped twice."""
 
     # wrapt looks this up on a subclass each time a wrapped method is bound to an instance; without
     # it the lookup raises and clears an AttributeError, about 0.3 us on every method call.
     __bound_function_wrapper__ = wrapt.BoundFunctionWrapper
+
+    _self_gym_plan: Plan  # the plan its calls run (wrapt keeps _self_ attributes on the wrapper itself)
 
 
 def is_gym_wrapper(value: Any) -> bool:
@@ -157,7 +159,9 @@ def make_plan(original: Any, target: Target, extra_extractors: Iterable[Extracto
     ]
     schema = target.schema
     if schema is None:
-        from gym_instrument.presets.nemo_gym_schema import SCHEMA as schema  # SPEC's rules are NeMo Gym's
+        from gym_instrument.presets.nemo_gym_schema import SCHEMA  # SPEC's rules are NeMo Gym's
+
+        schema = SCHEMA
     return Plan(
         role,
         function,
@@ -278,7 +282,7 @@ class Patcher:
 
     def _reach_subclasses(self, base: type, attribute: str, target: Target) -> None:
         """Wrap overrides in existing subclasses, and arrange for future ones to be wrapped too."""
-        pending = list(type.__subclasses__(base)) if base is not type else []
+        pending: list[type] = list(type.__subclasses__(base)) if base is not type else []
         seen: set[int] = set()
         while pending:
             subclass = pending.pop()
@@ -317,10 +321,10 @@ class Patcher:
             if previous is not None:
                 previous.__get__(None, cls)(**kwargs)
             else:
-                super(base, cls).__init_subclass__(**kwargs)
+                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type]
             patcher._on_subclass(base, cls)
 
-        base.__init_subclass__ = classmethod(__init_subclass__)
+        base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[method-assign,assignment,arg-type]
         self._subclass_hooks.append((base, previous))
 
     def _on_subclass(self, base: type, subclass: type) -> None:

@@ -35,6 +35,7 @@ def test_every_probe_holds_on_the_installed_api() -> None:
     assert compat.CONTEXT_KEYS is not None
     assert compat.SPAN_CONTEXT_IS_TUPLE
     assert compat.PROVIDER_ATTRIBUTE is not None
+    assert compat.CONTEXT_VARIABLE is not None
 
 
 def test_the_semantic_suites_pass_through_the_public_fallbacks() -> None:
@@ -44,7 +45,7 @@ def test_the_semantic_suites_pass_through_the_public_fallbacks() -> None:
             sys.executable,
             "-c",
             "from gym_instrument import compat; print(compat.SUPPRESSION_KEYS, compat.CONTEXT_KEYS, "
-            "compat.SPAN_CONTEXT_IS_TUPLE, compat.PROVIDER_ATTRIBUTE)",
+            "compat.SPAN_CONTEXT_IS_TUPLE, compat.PROVIDER_ATTRIBUTE, compat.CONTEXT_VARIABLE)",
         ],
         env=environment,
         capture_output=True,
@@ -52,7 +53,7 @@ def test_the_semantic_suites_pass_through_the_public_fallbacks() -> None:
         check=True,
         cwd=ROOT,
     )
-    assert probe.stdout.split() == ["None", "None", "False", "None"]
+    assert probe.stdout.split() == ["None", "None", "False", "None", "None"]
     suites = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SEMANTIC_SUITES],
         env=environment,

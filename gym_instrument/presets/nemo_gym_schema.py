@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from gym_instrument import semconv
 from gym_instrument.schema import (
@@ -211,9 +211,8 @@ class NemoGymSchema(RolloutSchema):
             try:
                 if type(verdict) is not kind:  # a result's digests share their class: looked up once
                     kind = type(verdict)
-                    names = _MODEL_FIELDS.get(kind, _UNKNOWN)
-                    if names is _UNKNOWN:
-                        names = _model_fields(kind)
+                    known = _MODEL_FIELDS.get(kind, _UNKNOWN)
+                    names = _model_fields(kind) if known is _UNKNOWN else cast("frozenset[str] | None", known)
                     is_digest = names is not None and DIGEST_FIELDS <= names
                 if is_digest:
                     task_index, rollout_index, rollout_id = verdict.task_index, verdict.rollout_index, verdict.rollout_id
