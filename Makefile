@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo bench fuzz e2e lint clean
+.PHONY: venv test demo bench fuzz e2e lint clean ui-venv demo-ui demo-ui-stop
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,3 +36,26 @@ fuzz: venv
 
 e2e:
 	$(PYTHON) e2e/run.py
+
+# The trace viewer (Arize Phoenix), alone in its own venv: it brings its own pins of what .venv also has.
+UI_VENV := .venv-ui
+UI_STAMP := $(UI_VENV)/.installed-$(shell cksum demo/requirements-ui.txt | cut -d' ' -f1)
+UI_PORT ?= 6006
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+$(UI_STAMP): demo/requirements-ui.txt
+	$(PYTHON) -m venv $(UI_VENV)
+	$(UI_VENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(UI_VENV)/bin/python -m pip install -q --disable-pip-version-check -r demo/requirements-ui.txt
+	rm -f $(UI_VENV)/.installed-*
+	touch $(UI_STAMP)
+
+ui-venv: $(UI_STAMP)
+
+# The demo in Phoenix on 127.0.0.1:$(UI_PORT), kept running until Ctrl-C; DETACH=1 returns and leaves it running.
+demo-ui: venv ui-venv
+	$(BIN)/python demo/run_demo_ui.py --phoenix $(UI_VENV)/bin/phoenix --port $(UI_PORT) $(if $(DETACH),--detach)
+
+demo-ui-stop: venv
+	$(BIN)/python demo/run_demo_ui.py --stop
+
