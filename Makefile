@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo bench fuzz e2e lint clean ui-venv demo-ui demo-ui-stop
+.PHONY: venv test demo bench fuzz e2e lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,3 +59,10 @@ demo-ui: venv ui-venv
 demo-ui-stop: venv
 	$(BIN)/python demo/run_demo_ui.py --stop
 
+# Debian's Chromium, for the browser test.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+
+# make demo-ui against a real Phoenix: spans read back through its API, the trace page in headless Chromium.
+e2e-ui: venv ui-venv chromium
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_ui.py
