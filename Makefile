@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo bench fuzz e2e lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui
+.PHONY: venv test demo bench fuzz e2e lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,3 +66,7 @@ chromium:
 # make demo-ui against a real Phoenix: spans read back through its API, the trace page in headless Chromium.
 e2e-ui: venv ui-venv chromium
 	$(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_ui.py
+
+# README.md's shell blocks, as written, in a fresh venv on a copy of the checkout (skips say why).
+readme-test: venv
+	README_PYTHON=$(PYTHON) $(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_readme.py
