@@ -191,3 +191,27 @@ def test_the_rollouts_trace_page_shows_its_spans_task_reward_and_verdict(demo_ui
     assert shown["health"]["nemo.gym.rollout.id"] == rollout_id
     # make demo-ui picks a rollout with something to see: a task id, a reward and an unhealthy verdict.
     assert health.attributes["nemo.gym.health.verdict"] == "unhealthy" and checks
+
+
+def test_the_readmes_replay_into_phoenix_block_lands_in_its_own_project(demo_ui: DemoUi) -> None:
+    """README.md's block for sending a replay to Phoenix (skipped by make readme-test: it needs a Phoenix), run here."""
+    from test_readme import README, shell_blocks
+
+    (block,) = (block for block in shell_blocks(README.read_text()) if block.skip and "make e2e-ui runs this block" in block.skip)
+    phoenix = demo_ui.phoenix
+    code = block.code.replace("127.0.0.1:6006", f"127.0.0.1:{phoenix.port}")  # the README's port is this Phoenix's
+    assert code != block.code
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
+    process = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", code], cwd=REPO, env=environment, capture_output=True, text=True
+    )
+    assert process.returncode == 0, process.stdout + process.stderr
+    assert "replayed 14 dispatches (0 failed), 14 verify and 14 health spans" in process.stdout
+
+    replayed = viewer.Phoenix(port=phoenix.port, project="replayed")
+    spans = replayed.wait_for_spans({"gym.rollout.dispatch": 14, "gym.verify": 14, "gym.rollout.health": 14})
+    assert len(spans) == 42 and all(span["attributes"].get("gym.replayed") is True for span in spans)
+    verdicts = Counter(span["attributes"]["nemo.gym.health.verdict"] for span in spans if span["name"] == "gym.rollout.health")
+    assert verdicts == {"healthy": 5, "unhealthy": 9}
+    assert len(phoenix.spans()) == 37  # the demo's project is untouched
