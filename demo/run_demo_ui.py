@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     elif viewer.port_open(args.port):
         print(f"127.0.0.1:{args.port} is taken by something that is not Phoenix; choose another: make demo-ui UI_PORT=6016")
         return 2
+    elif (running := viewer.detached_pid(work)) is not None:
+        print(f"a Phoenix that make demo-ui left running (process group {running}) keeps its data in {_shown(work)}/;")
+        print("stop it first (make demo-ui-stop), or use its port")
+        return 2
     else:
         shutil.rmtree(work, ignore_errors=True)  # a fresh viewer shows this run only
         print(f"starting Phoenix on {phoenix.base_url} (data in {_shown(work)}/, log in {_shown(work)}/phoenix.log) ...")
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"    {phoenix.trace_url(rollout['dispatch']['trace_id'])}")
     print(f"  {_shown(args.output / run_demo.REPORT_FILE)} links every rollout to its trace there.")
     if server is None:
+        print("That Phoenix was running before and keeps running (make demo-ui-stop stops one that make demo-ui DETACH=1 left).")
         return 0
     if args.detach:
         pid = server.process.pid if server.process else "?"

@@ -254,19 +254,24 @@ class PhoenixServer(Phoenix):
         (self.work / "phoenix.pid").unlink(missing_ok=True)
 
 
-def stop_detached(work: Path, timeout: float = 30.0) -> int | None:
-    """Stop the server a detached ``make demo-ui`` left running with its data in ``work``; its pid, or None."""
+def detached_pid(work: Path) -> int | None:
+    """The pid of the Phoenix a detached ``make demo-ui`` left running with its data in ``work``, if it still runs."""
     pid_file = work / "phoenix.pid"
     try:
         pid = int(pid_file.read_text())
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError):
         return None
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        command = []
     if not any(part.endswith(b"phoenix") for part in command) or b"serve" not in command:
-        pid_file.unlink(missing_ok=True)  # gone, and the pid may be another program's by now
+        return None  # gone, and the pid may be another program's by now
+    return pid
+
+
+def stop_detached(work: Path, timeout: float = 30.0) -> int | None:
+    """Stop the server a detached ``make demo-ui`` left running with its data in ``work``; its pid, or None."""
+    pid = detached_pid(work)
+    (work / "phoenix.pid").unlink(missing_ok=True)
+    if pid is None:
         return None
     os.killpg(pid, signal.SIGTERM)  # it leads its own process group
     deadline = time.monotonic() + timeout
@@ -274,7 +279,6 @@ def stop_detached(work: Path, timeout: float = 30.0) -> int | None:
         time.sleep(0.2)
     if _group_alive(pid):
         os.killpg(pid, signal.SIGKILL)
-    pid_file.unlink(missing_ok=True)
     return pid
 
 
