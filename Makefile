@@ -61,7 +61,7 @@ demo-ui-stop: venv
 
 # Debian's Chromium, for the browser test.
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 # make demo-ui against a real Phoenix: spans read back through its API, the trace page in headless Chromium.
 e2e-ui: venv ui-venv chromium
