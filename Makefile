@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo bench fuzz e2e lint clean
+.PHONY: venv test demo bench fuzz e2e lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,3 +37,37 @@ fuzz: venv
 
 e2e:
 	$(PYTHON) e2e/run.py
+
+# The trace viewer (Arize Phoenix), alone in its own venv: it brings its own pins of what .venv also has.
+UI_VENV := .venv-ui
+UI_STAMP := $(UI_VENV)/.installed-$(shell cksum demo/requirements-ui.txt | cut -d' ' -f1)
+UI_PORT ?= 6006
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+$(UI_STAMP): demo/requirements-ui.txt
+	$(PYTHON) -m venv $(UI_VENV)
+	$(UI_VENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(UI_VENV)/bin/python -m pip install -q --disable-pip-version-check -r demo/requirements-ui.txt
+	rm -f $(UI_VENV)/.installed-*
+	touch $(UI_STAMP)
+
+ui-venv: $(UI_STAMP)
+
+# The demo in Phoenix on 127.0.0.1:$(UI_PORT), kept running until Ctrl-C; DETACH=1 returns and leaves it running.
+demo-ui: venv ui-venv
+	$(BIN)/python demo/run_demo_ui.py --phoenix $(UI_VENV)/bin/phoenix --port $(UI_PORT) $(if $(DETACH),--detach)
+
+demo-ui-stop: venv
+	$(BIN)/python demo/run_demo_ui.py --stop
+
+# Debian's Chromium, for the browser test.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+# make demo-ui against a real Phoenix: spans read back through its API, the trace page in headless Chromium.
+e2e-ui: venv ui-venv chromium
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_ui.py
+
+# README.md's shell blocks, as written, in a fresh venv on a copy of the checkout (skips say why).
+readme-test: venv
+	README_PYTHON=$(PYTHON) $(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_readme.py

@@ -49,8 +49,11 @@ def _shown(path: Path) -> str:
         return str(absolute)
 
 
-def pipeline_command(output: Path) -> str:
-    """The shell command that runs the pipeline traced, as printed and as run (from the repository root)."""
+def pipeline_command(output: Path, exporting: dict[str, str] | None = None) -> str:
+    """The shell command that runs the pipeline traced, as printed and as run (from the repository root).
+
+    ``exporting`` adds or overrides variables: ``make demo-ui`` sends the spans to a trace viewer too.
+    """
     environment = {
         "PYTHONPATH": _shown(HERE),
         "OTEL_SERVICE_NAME": "demo-rollouts",
@@ -59,6 +62,7 @@ def pipeline_command(output: Path) -> str:
         "OTEL_METRICS_EXPORTER": "otlp_json_file",
         "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # one export, at shutdown
         "OTEL_LOGS_EXPORTER": "none",
+        **(exporting or {}),
     }
     launcher = Path(sys.executable).parent / "opentelemetry-instrument"
     words = [
@@ -71,12 +75,12 @@ def pipeline_command(output: Path) -> str:
     return " ".join(words) + " > " + shlex.quote(_shown(output / SPANS_FILE))
 
 
-def run_pipeline(output: Path) -> tuple[Path, Path, str]:
+def run_pipeline(output: Path, exporting: dict[str, str] | None = None) -> tuple[Path, Path, str]:
     """Run the traced pipeline into ``output``; the spans file, the rollouts file and the command."""
     output.mkdir(parents=True, exist_ok=True)
     for name in (SPANS_FILE, ROLLOUTS_FILE, REPORT_FILE):
         (output / name).unlink(missing_ok=True)
-    command = pipeline_command(output)
+    command = pipeline_command(output, exporting)
     # The command sets every variable it needs; the caller's other OTEL_* settings are left out here.
     environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
     process = subprocess.run(["/bin/sh", "-c", command], env=environment, capture_output=True, text=True, timeout=300, cwd=REPO)
@@ -155,8 +159,9 @@ def table(spans: list[Span]) -> list[list[str]]:
 HEADER = ["task id", "repeat", "rollout id", "reward", "verdict", "failed checks", "duration", "trace id"]
 
 
-def main(output: Path = OUTPUT) -> None:
-    spans_file, rollouts_file, command = run_pipeline(output)
+def main(output: Path = OUTPUT, exporting: dict[str, str] | None = None, trace_url: str | None = None) -> list[Span]:
+    """Run, print and keep the demo; the package's spans it exported (``make demo-ui`` picks a rollout from them)."""
+    spans_file, rollouts_file, command = run_pipeline(output, exporting)
     spans = spans_of(spans_file)
     rollouts = [json.loads(line) for line in rollouts_file.read_text().splitlines()]
     print()
@@ -178,7 +183,7 @@ def main(output: Path = OUTPUT) -> None:
     print("Each health span is a child of its (already ended) dispatch span, in the same trace; the retried")
     print("rollout's verdict went to its second attempt (rollout id with -a1).")
 
-    figures = build_report([spans_file])
+    figures = build_report([spans_file], trace_url=trace_url)
     report = write_html(figures, output / REPORT_FILE, title="gym-instrument demo run")
     run = figures["run"]
     print()
@@ -193,9 +198,12 @@ def main(output: Path = OUTPUT) -> None:
     print(f"  {command}")
     print("and its report:")
     gym_instrument = Path(sys.executable).parent / "gym-instrument"
+    trace_url_option = f" --trace-url {shlex.quote(trace_url)}" if trace_url else ""
     print(
         f"  {shlex.quote(_shown(gym_instrument))} report {shlex.quote(_shown(spans_file))} --html {shlex.quote(_shown(report))}"
+        + trace_url_option
     )
+    return spans
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ FAILURES_SUFFIX = "_failures"
 MATERIALIZED_SUFFIX = "_materialized_inputs"
 FAILURE_CLASS = "_ng_failure_class"
 DISPATCH_DRAINED = "_ng_dispatch_drained"
+NATIVE_TASK_ID = "_ng_task_id"  # on the output rows of native episodes only
 EXPORT_BATCH = 512
 VERDICT_BATCH = 4096
 _SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"
@@ -281,6 +282,10 @@ class Replayer:
         identity = SCHEMA.identity(row)
         if identity.task_id is None and identity.task_index is not None:
             identity.task_id = task_ids.get(identity.task_index)
+        if identity.attempt is None and NATIVE_TASK_ID in row:
+            # A native episode (0.7.0) is dispatched with episode_id.attempt, which live puts on the span;
+            # its output row keeps the task (_ng_task_id) but not the attempt: the first one is assumed.
+            identity.attempt = 0
         latency = _latency_ns(row)
         start = _start_ns(row, fallback_ns)
         end = start + (latency or 0)

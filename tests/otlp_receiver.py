@@ -23,6 +23,7 @@ class OtlpReceiver:
 
     def __init__(self) -> None:
         self.spans: list[dict[str, Any]] = []
+        self.other_posts = 0
         self._lock = threading.Lock()
         receiver = self
 
@@ -31,9 +32,12 @@ class OtlpReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                receiver._add(request)
+                if self.path.rstrip("/").endswith("/v1/traces"):
+                    request = ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    receiver._add(request)
+                else:  # metrics or logs from a launcher that exports them too: taken, counted, not decoded
+                    receiver.other_posts += 1
                 payload = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")

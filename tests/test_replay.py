@@ -310,3 +310,84 @@ def test_replay_through_the_exporter_the_environment_configures(tmp_path: Path) 
 def test_replay_finds_no_run_in_an_empty_folder(tmp_path: Path) -> None:
     process = subprocess.run([str(GYM_INSTRUMENT), "replay", str(tmp_path)], capture_output=True, text=True)
     assert process.returncode == 2 and "no rollouts file" in process.stderr
+
+
+E2E_RUNS = Path(__file__).resolve().parent / "data" / "e2e_runs"  # what one real `make e2e` run wrote (copy_from_e2e.py)
+E2E_RELEASES = ["nemo-gym-0.4.0", "nemo-gym-0.7.0"]
+
+
+def per_rollout(spans: list[Span]) -> dict[str, dict[str, Any]]:
+    """Per rollout id: its dispatch's attributes, and what its verify and health spans in the same trace say."""
+    dispatches = {span.span_id: span for span in spans if span.name == "gym.rollout.dispatch"}
+    rollouts: dict[str, dict[str, Any]] = {}
+    for dispatch in dispatches.values():
+        rollout_id = dispatch.attributes["nemo.gym.rollout.id"]
+        assert rollout_id not in rollouts, f"two dispatches of {rollout_id}"
+        attributes = {key: value for key, value in dispatch.attributes.items() if key not in REPLAY_KEYS}
+        rollouts[rollout_id] = {"dispatch": attributes, "verify": [], "health": []}
+    for span in spans:
+        if span.name == "gym.rollout.dispatch":
+            continue
+        rollout = rollouts[span.attributes["nemo.gym.rollout.id"]]
+        dispatch = next(
+            d for d in dispatches.values() if d.attributes["nemo.gym.rollout.id"] == span.attributes["nemo.gym.rollout.id"]
+        )
+        assert span.trace_id == dispatch.trace_id  # in the rollout's own trace (live: below the HTTP spans of /run and /verify)
+        if span.name == "gym.verify":
+            rollout["verify"].append(span.attributes.get("nemo.gym.rollout.reward"))
+        else:
+            assert span.parent_span_id == dispatch.span_id
+            rollout["health"].append((span.attributes["nemo.gym.health.verdict"], span.attributes["nemo.gym.health.checks"]))
+    return rollouts
+
+
+@pytest.mark.parametrize("release", E2E_RELEASES)
+def test_replay_of_a_real_e2e_run_makes_the_spans_the_live_run_made(tmp_path: Path, release: str) -> None:
+    run_dir = E2E_RUNS / release
+    output = tmp_path / "replayed.jsonl"
+    replay_cli(run_dir, output)
+    replayed = per_rollout(spans_in(output))
+    live = per_rollout(spans_in(run_dir / "live_spans.otlp.jsonl"))
+    assert replayed == live
+    output_rows = rows(run_dir / "rollouts.jsonl")
+    assert len(live) == len(output_rows) and all(len(rollout["verify"]) == 1 for rollout in live.values())
+    assert sorted(reward for rollout in live.values() for reward in rollout["verify"]) == sorted(
+        row["reward"] for row in output_rows
+    )
+    if (run_dir / "rollout_verdicts.jsonl").exists():  # 0.7.0 with model-call capture on: real verdicts
+        assert Counter(rollout["health"][0][0] for rollout in live.values()) == {"healthy": 5, "unhealthy": 9}
+    else:
+        assert all(rollout["health"] == [] for rollout in live.values())
+
+
+def comparable(figures: dict[str, Any]) -> dict[str, Any]:
+    """The report's figures that do not depend on span ids or on how the durations were taken."""
+    tasks = [
+        {key: value for key, value in task.items() if key not in ("example_trace_id", "mean_duration_ms")}
+        for task in figures["tasks"]
+    ]
+    unhealthy = sorted(
+        (
+            {key: value for key, value in item.items() if key not in ("trace_id", "span_id")}
+            for item in figures["health"]["unhealthy"]
+        ),
+        key=lambda item: item["rollout_id"],
+    )
+    health = {**figures["health"], "unhealthy": unhealthy}
+    return {"run": figures["run"], "tasks": tasks, "errors": figures["errors"], "health": health}
+
+
+@pytest.mark.parametrize("release", E2E_RELEASES)
+def test_the_report_reads_a_replayed_e2e_run_as_it_reads_the_live_one(tmp_path: Path, release: str) -> None:
+    run_dir = E2E_RUNS / release
+    output = tmp_path / "replayed.jsonl"
+    replay_cli(run_dir, output)
+    replayed, live = build_report([output]), build_report([run_dir / "live_spans.otlp.jsonl"])
+    assert comparable(replayed) == comparable(live)
+    assert replayed["source"]["replayed_spans"] == replayed["source"]["spans"] and live["source"]["replayed_spans"] == 0
+    assert live["run"]["dispatches"] == len(rows(run_dir / "rollouts.jsonl"))
+    # Durations: the live spans' own; replayed, ng_perf's latency where 0.7.0 wrote it, else a placeholder left out.
+    assert live["time"]["measured"] == live["run"]["dispatches"]
+    expected_measured = live["run"]["dispatches"] if release == "nemo-gym-0.7.0" else 0
+    assert replayed["time"]["measured"] == expected_measured
+    assert replayed["time"]["without_duration"] == live["run"]["dispatches"] - expected_measured

@@ -291,3 +291,63 @@ def test_importing_the_package_does_not_import_the_report() -> None:
     heavy = "('plotly', 'tqdm', 'gym_instrument.report')"
     code = f"import sys, gym_instrument; print(sorted(m for m in sys.modules if m.startswith({heavy})))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+def report_on_a_terminal(*arguments: str) -> tuple[int, str, str]:
+    """Run ``gym-instrument report`` with its stderr on a pseudo-terminal, as in a shell; exit code, stdout, terminal."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 24 x 100, as a terminal window has
+    process = subprocess.Popen([str(GYM_INSTRUMENT), "report", *arguments], stdout=subprocess.PIPE, stderr=terminal)
+    os.close(terminal)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the command exited
+            break
+        if not chunk:
+            break
+        seen += chunk
+    stdout = process.stdout.read() if process.stdout else b""
+    os.close(controller)
+    return process.wait(timeout=120), stdout.decode(), seen.decode(errors="replace")
+
+
+def test_progress_bar_on_a_long_read_in_a_terminal(demo_run: Any, tmp_path: Path) -> None:
+    from gym_instrument.report.otlp import PROGRESS_BYTES
+
+    spans_file, _ = demo_run
+    long_file = tmp_path / "long.jsonl"
+    with open(long_file, "wb") as out:
+        out.write(spans_file.read_bytes())
+        blank = b" " * (1 << 20) + b"\n"  # blank lines, read and skipped like any line: a long file that reads fast
+        for _ in range(PROGRESS_BYTES // len(blank) + 1):
+            out.write(blank)
+    assert long_file.stat().st_size > PROGRESS_BYTES
+
+    code, stdout, terminal = report_on_a_terminal(str(long_file), "--no-html")
+    assert code == 0 and "run: 4 tasks, 13 dispatches" in stdout
+    size = f"{long_file.stat().st_size / 1024**2:.1f}M"
+    bar = rf"reading spans: 100%\|█+\| {re.escape(size)}/{re.escape(size)} "  # tqdm's bar, finished, over the file's bytes
+    assert re.search(bar, terminal), terminal[-300:]
+
+    code, stdout, terminal = report_on_a_terminal(str(spans_file), "--no-html")  # a short read: no bar
+    assert code == 0 and "run: 4 tasks" in stdout and "reading spans" not in terminal
+    code, _, terminal = report_on_a_terminal(str(long_file), "--no-html", "--no-progress")
+    assert code == 0 and "reading spans" not in terminal
+
+
+def test_progress_bar_on_request_and_never_into_a_pipe_by_default(demo_run: Any, tmp_path: Path) -> None:
+    spans_file, _ = demo_run
+    asked = subprocess.run(
+        [str(GYM_INSTRUMENT), "report", str(spans_file), "--no-html", "--progress"], capture_output=True, text=True
+    )
+    assert asked.returncode == 0 and "reading spans: 100%" in asked.stderr
+    piped = subprocess.run([str(GYM_INSTRUMENT), "report", str(spans_file), "--no-html"], capture_output=True, text=True)
+    assert piped.returncode == 0 and piped.stderr == ""
