@@ -176,18 +176,19 @@ def _task_ids(materialized: Path | None, counts: ReplayCounts) -> dict[int, str]
 
 def _latency_ns(row: dict[str, Any]) -> int | None:
     perf = row.get("ng_perf")
-    latency = perf.get("total_latency_ms") if type(perf) is dict else None
-    if type(latency) in (int, float) and math.isfinite(latency) and latency >= 0:
-        return int(latency * 1_000_000)
-    return None
+    latency = _finite(perf.get("total_latency_ms") if type(perf) is dict else None)
+    return int(latency * 1_000_000) if latency is not None and latency >= 0 else None
 
 
 def _start_ns(row: dict[str, Any], fallback_ns: int) -> int:
     response = row.get("response")
-    created = response.get("created_at") if type(response) is dict else None
-    if type(created) in (int, float) and math.isfinite(created) and created > 0:
-        return int(created * 1_000_000_000)
-    return fallback_ns
+    created = _finite(response.get("created_at") if type(response) is dict else None)
+    return int(created * 1_000_000_000) if created is not None and created > 0 else fallback_ns
+
+
+def _finite(value: Any) -> float | None:
+    """A JSON number (int or float, not bool) that is finite, else None."""
+    return float(value) if type(value) in (int, float) and math.isfinite(value) else None
 
 
 class _SyncBatchProcessor(SpanProcessor):

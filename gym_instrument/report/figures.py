@@ -22,7 +22,7 @@ import heapq
 import math
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from gym_instrument import semconv
 from gym_instrument.report.otlp import STATUS_ERROR, ReadStats, Span
@@ -329,7 +329,7 @@ class RunFigures:
         self.verifies += 1
         reward = attributes.get(semconv.ROLLOUT_REWARD)
         result = (
-            float(reward) if type(reward) in (int, float) and math.isfinite(reward) else None,
+            float(cast(float, reward)) if type(reward) in (int, float) and math.isfinite(cast(float, reward)) else None,
             attributes.get(semconv.VERIFY_MASKED) is True,
         )
         self._meet(span, attributes, "verify", result)
@@ -476,7 +476,11 @@ class RunFigures:
         errors = sum(self.error_types.values())
         orphans = self.orphan_verifies
         durations = self.durations
-        quantile = lambda q: None if durations.quantile(q) is None else durations.quantile(q) / 1e6  # noqa: E731
+
+        def quantile(q: float) -> float | None:
+            value = durations.quantile(q)
+            return None if value is None else value / 1e6
+
         figures: dict[str, Any] = {
             "source": {
                 "files": stats.files_read if stats else [],

@@ -122,13 +122,13 @@ def reward_picture(tasks: Sequence[dict[str, Any]]) -> Any | None:
         return figure
     figure = go.Figure()
     for task in drawn:
-        counts = {float(value): count for value, count in task["reward_values"].items()}
+        reward_counts = {float(value): count for value, count in task["reward_values"].items()}
         figure.add_trace(
             go.Box(
                 name=task["task"],
-                q1=[_quantile(counts, 0.25)],
-                median=[_quantile(counts, 0.5)],
-                q3=[_quantile(counts, 0.75)],
+                q1=[_quantile(reward_counts, 0.25)],
+                median=[_quantile(reward_counts, 0.5)],
+                q3=[_quantile(reward_counts, 0.75)],
                 lowerfence=[task["min_reward"]],
                 upperfence=[task["max_reward"]],
                 mean=[task["mean_reward"]],

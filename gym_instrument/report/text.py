@@ -28,7 +28,10 @@ def milliseconds(value: float | None) -> str:
 def render_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(cell) for cell in row] for row in rows]
     widths = [max(len(str(column[0])), *(len(row[index]) for row in cells)) for index, column in enumerate(zip(header))]
-    line = lambda row: "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()  # noqa: E731
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+
     return "\n".join([line(list(header)), line(["-" * width for width in widths]), *(line(row) for row in cells)])
 
 
@@ -153,4 +156,4 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
 
 
 def link(rollout: dict[str, Any]) -> str:
-    return rollout.get("trace_url") or rollout["trace_id"]
+    return str(rollout.get("trace_url") or rollout["trace_id"])
