@@ -315,8 +315,13 @@ class Active:
         if self.done:
             return
         self.done = True
-        if self.token is not None:
-            self.detach()
+        token = self.token
+        if token is not None:
+            self.token = None
+            try:
+                detach(token)
+            except Exception:
+                FAILURES.failed("context detach of", Active.detach)
         plan = self.plan
         span = self.span
         try:
