@@ -567,3 +567,32 @@ def test_isolate_runs_the_call_in_an_empty_context(make_module: Any, instrument:
     assert len(inner) == 1  # the inner verify is traced, as a root, with no leaked rollout id
     assert semconv.ROLLOUT_ID not in inner[0].attributes
     assert inner[0].attributes[semconv.ROLLOUT_REWARD] == 1.0
+
+
+# -- a new role: one class and one line in the table ---------------------------------------
+
+
+def test_a_new_role_is_one_class_and_one_table_line(
+    make_module: Any, instrument: Any, telemetry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A role the package does not ship (a judge call that counts as a verify): the class and its
+    line in ROLES are all it takes for targets, spans, the schema's rules and the reward count."""
+    from gym_instrument.roles import ROLES, VerifyRole
+
+    class JudgeRole(VerifyRole):
+        name = "judge"
+        span_name = "gym.judge"
+        row_names = ("prompt",)
+
+    monkeypatch.setitem(ROLES, JudgeRole.name, JudgeRole())
+    name = make_module("def ask_judge(prompt):\n    return {'reward': 0.25}\n")
+    instrument(targets=[f"{name}:ask_judge=judge"])
+    module = importlib.import_module(name)
+    token = context.attach(baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, "4-1"))
+    try:
+        assert module.ask_judge({"question": "?"}) == {"reward": 0.25}
+    finally:
+        context.detach(token)
+    (span,) = telemetry.spans("gym.judge")
+    assert dict(span.attributes) == {semconv.ROLLOUT_ID: "4-1", semconv.ROLLOUT_REWARD: 0.25}
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == 1
