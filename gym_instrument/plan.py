@@ -40,10 +40,19 @@ from gym_instrument.schema import MISSING, RolloutIdentity, RolloutSchema
 if TYPE_CHECKING:
     from gym_instrument.targets import ArgLocator, Target
 
-# (role, object) of the gym call running in a context, kept in the context the call attaches: a
-# nested call of the same role on the same object (an override calling super(), a function
-# reachable through two wrapped names) passes through, so one call makes one span.
-_GUARD_KEY = context.create_key("gym_instrument.active")
+# The object (instance, or function without one) of the gym call of a role running in a context,
+# kept under the role's own key in the context the call attaches: a nested call of the same role
+# on the same object (an override calling super(), a function reachable through two wrapped
+# names) passes through, so one call makes one span.
+_GUARD_KEYS: dict[str, str] = {}
+
+
+def _guard_key(role: Role) -> str:
+    key = _GUARD_KEYS.get(role.name)
+    if key is None:
+        key = _GUARD_KEYS[role.name] = context.create_key(f"gym_instrument.active.{role.name}")
+    return key
+
 
 _CANCELLATION = (asyncio.CancelledError, GeneratorExit)
 
@@ -113,6 +122,7 @@ class Plan:
     """Everything one wrapped function's calls need that can be known when it is wrapped."""
 
     __slots__ = (
+        "adopts",
         "armed",
         "binds_instance",
         "conditions",
@@ -124,6 +134,7 @@ class Plan:
         "find_row",
         "function",
         "function_guard",
+        "guard_key",
         "isolates",
         "locator",
         "makes_call",
@@ -163,10 +174,12 @@ class Plan:
         self.open_span = role.open_span
         # (argument name, its position with a bound instance, without one, the value it must have)
         self.conditions = tuple(conditions)
-        self.function_guard = (role.name, id(function))  # the guard of a call without an instance
+        self.guard_key = _guard_key(role)
+        self.function_guard = id(function)  # the guard of a call without an instance
         self.armed = True
         self.binds_instance = binds_instance
         self.spans = role.span_name is not None
+        self.adopts = role.span_name in schema.framework_spans
         self.use_extractors(extractors, defaults)
         # The role's capability flags, as plain booleans.
         self.counts_outcome = role.counts_outcome
@@ -220,8 +233,8 @@ class Plan:
                     value = args[index]
                 if type(value) is not type(expected) or value != expected:
                     return None
-            guard = current.get(_GUARD_KEY)
-            if guard is not None and guard == (self.function_guard if instance is None else (self.role_name, id(instance))):
+            guard = current.get(self.guard_key)
+            if guard is not None and guard == (self.function_guard if instance is None else id(instance)):
                 return None
         except Exception:
             FAILURES.failed("condition of", self.role)
@@ -258,24 +271,24 @@ class Plan:
                 if self.start_extractors:
                     call._row = row  # type: ignore[union-attr]
                     run_extractors(self.start_extractors, call, attributes)  # type: ignore[arg-type]
-                span = active.span = self.open_span(tracer, setup, current, attributes)
+                span = active.span = self.open_span(self, tracer, setup, current, attributes)
         except Exception:
             FAILURES.failed("start of", role)
             return None
-        guard = self.function_guard if instance is None else (self.role_name, id(instance))
+        guard_key, guard = self.guard_key, self.function_guard if instance is None else id(instance)
         try:
             if self.isolates:
-                active.ctx = Context({_GUARD_KEY: guard})
+                active.ctx = Context({guard_key: guard})
             elif rollout_id is None:
-                active.ctx = compat.with_values(current, span, None, _GUARD_KEY, guard)
+                active.ctx = compat.with_values(current, span, None, guard_key, guard)
             elif setup.propagate_baggage:
-                active.ctx = compat.with_values(current, span, (semconv.BAGGAGE_ROLLOUT_ID, rollout_id), _GUARD_KEY, guard)
+                active.ctx = compat.with_values(current, span, (semconv.BAGGAGE_ROLLOUT_ID, rollout_id), guard_key, guard)
             else:  # in-process only: a plain context value, which no propagator writes into headers
                 in_process = compat.with_values(current, span, None, ROLLOUT_ID_CONTEXT_KEY, rollout_id)
-                active.ctx = compat.with_values(in_process, None, None, _GUARD_KEY, guard)
+                active.ctx = compat.with_values(in_process, None, None, guard_key, guard)
         except Exception:
             FAILURES.failed("context of role", role)
-            active.ctx = compat.with_values(current, span, None, _GUARD_KEY, guard)
+            active.ctx = compat.with_values(current, span, None, guard_key, guard)
         return active
 
 

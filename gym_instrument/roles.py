@@ -66,9 +66,10 @@ class Role:
         """Whether a call with no row of its own, in ``current``, is not this role's (it runs untouched)."""
         return False
 
-    def open_span(self, tracer: trace.Tracer, setup: Setup, current: Context, attributes: dict[str, Any]) -> Span:
-        """The call's span: a new one, or the framework's own span of the same name that it runs in."""
-        outer = framework_span(current, self.span_name) if current else None  # type: ignore[arg-type]  # an empty context has no span
+    def open_span(self, plan: Plan, tracer: trace.Tracer, setup: Setup, current: Context, attributes: dict[str, Any]) -> Span:
+        """The call's span: a new one, or the framework's own span of the same name that it runs in
+        (when the target's schema says its framework makes one)."""
+        outer = framework_span(current, self.span_name) if plan.adopts and current else None  # type: ignore[arg-type]
         if outer is not None:
             if attributes:
                 outer.set_attributes(attributes)
@@ -104,10 +105,10 @@ class DispatchRole(Role):
             or context.get_value(ROLLOUT_ID_CONTEXT_KEY, current) is not None
         )
 
-    def open_span(self, tracer: trace.Tracer, setup: Setup, current: Context, attributes: dict[str, Any]) -> Span:
+    def open_span(self, plan: Plan, tracer: trace.Tracer, setup: Setup, current: Context, attributes: dict[str, Any]) -> Span:
         job = setup.job
         if job is None or has_parent(current):
-            return Role.open_span(self, tracer, setup, current, attributes)
+            return Role.open_span(self, plan, tracer, setup, current, attributes)
         # A root dispatch in a process started for a job (TRACEPARENT): linked to it, or its child.
         if job.as_parent:
             return tracer.start_span(

@@ -339,6 +339,9 @@ class RolloutSchema:
     """
 
     name = "generic"
+    # Span names the framework's own telemetry gives the same calls: such a span, when the call runs
+    # in it, gets the role's attributes instead of a second span of the same name under it.
+    framework_spans: frozenset[str] = frozenset()
 
     def identity(self, row: Any) -> RolloutIdentity:
         """A dispatch row's identity: task id, indices, attempt, rollout id (from the row or its index form)."""

@@ -121,6 +121,8 @@ def _flat_dict_identity(row: dict[str, Any]) -> RolloutIdentity | None:
 
 class NemoGymSchema(RolloutSchema):
     name = "nemo_gym"
+    # NeMo Gym 0.7.0's own telemetry (extra "telemetry") makes a gym.verify span around /verify.
+    framework_spans = frozenset({semconv.SPAN_VERIFY})
 
     def identity(self, row: Any) -> RolloutIdentity:
         """A flat row (``task_id``, ``_ng_task_index``, ``_ng_rollout_index``, ``_ng_attempt_index``,
