@@ -160,27 +160,21 @@ class DispatchLinks:
                 primary: int | str = key
                 if primary in entries:
                     self._discard_primary(primary)
-                entries[primary] = packed
-                order.append(primary)
-                self._size += 1
-                while self._size > capacity:
-                    self._evict_oldest()
-                    evicted += 1
-                continue
-            custom_id, task_index, rollout_index = key  # type: ignore[misc]
-            if task_index is not None and rollout_index is not None:
-                primary = _index_key(task_index, rollout_index)
-                if primary in entries:
-                    self._discard_primary(primary)
-                if custom_id in entries:
-                    self._discard_custom(custom_id)
-                entries[custom_id] = packed
-                self._custom_of_index[primary] = custom_id
-                self._index_of_custom[custom_id] = primary
             else:
-                primary = custom_id
-                if primary in entries:
-                    self._discard_custom(primary)
+                custom_id, task_index, rollout_index = key  # type: ignore[misc]
+                if task_index is not None and rollout_index is not None:
+                    primary = _index_key(task_index, rollout_index)
+                    if primary in entries:
+                        self._discard_primary(primary)
+                    if custom_id in entries:
+                        self._discard_custom(custom_id)
+                    entries[custom_id] = packed
+                    self._custom_of_index[primary] = custom_id
+                    self._index_of_custom[custom_id] = primary
+                else:
+                    primary = custom_id
+                    if primary in entries:
+                        self._discard_custom(primary)
             entries[primary] = packed
             order.append(primary)
             self._size += 1

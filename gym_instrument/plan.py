@@ -269,7 +269,6 @@ class Plan:
                     active.identity = identity
                     rollout_id = identity.rollout_id
                 if self.start_extractors:
-                    call._row = row  # type: ignore[union-attr]
                     run_extractors(self.start_extractors, call, attributes)  # type: ignore[arg-type]
                 span = active.span = self.open_span(self, tracer, setup, current, attributes)
         except Exception:
@@ -444,8 +443,20 @@ def _coroutine_wrapper(plan: Plan) -> Callable[..., Any]:
     return wrapper
 
 
+def _tracing_what_it_makes(admit: Callable[..., Context | None], traced: Callable[..., Any]) -> Callable[..., Any]:
+    """The wrapper of a function that makes a generator or a context manager: the call is admitted
+    when it is made, and what it made is traced from its first step (or its entering) on."""
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        admitted = admit(instance, args, kwargs)
+        made = wrapped(*args, **kwargs)
+        return made if admitted is None else traced(made, instance, args, kwargs)
+
+    return wrapper
+
+
 def _generator_wrapper(plan: Plan) -> Callable[..., Any]:
-    admit, start, emits = plan.admit, plan.start, plan.emits
+    start, emits = plan.start, plan.emits
 
     # The span starts at the first step, so a generator never iterated leaves no span.
     def traced(generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -477,18 +488,11 @@ def _generator_wrapper(plan: Plan) -> Callable[..., Any]:
             active.finish(MISSING, exception)
             raise
 
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        admitted = admit(instance, args, kwargs)
-        generator = wrapped(*args, **kwargs)
-        if admitted is None:
-            return generator
-        return traced(generator, instance, args, kwargs)
-
-    return wrapper
+    return _tracing_what_it_makes(plan.admit, traced)
 
 
 def _async_generator_wrapper(plan: Plan) -> Callable[..., Any]:
-    admit, start, emits = plan.admit, plan.start, plan.emits
+    start, emits = plan.start, plan.emits
 
     async def traced(generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         active = start(current_context(), instance, args, kwargs)
@@ -521,14 +525,7 @@ def _async_generator_wrapper(plan: Plan) -> Callable[..., Any]:
             active.finish(MISSING, exception)
             raise
 
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        admitted = admit(instance, args, kwargs)
-        generator = wrapped(*args, **kwargs)
-        if admitted is None:
-            return generator
-        return traced(generator, instance, args, kwargs)
-
-    return wrapper
+    return _tracing_what_it_makes(plan.admit, traced)
 
 
 async def _passthrough(generator: Any) -> Any:
@@ -596,16 +593,12 @@ class _TracedAsyncContextManager(wrapt.ObjectProxy):  # type: ignore[type-arg]
 
 
 def _async_context_manager_wrapper(plan: Plan) -> Callable[..., Any]:
-    admit = plan.admit
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        admitted = admit(instance, args, kwargs)
-        manager = wrapped(*args, **kwargs)
-        if admitted is None or not hasattr(type(manager), "__aenter__"):
-            return manager
+    def traced(manager: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not hasattr(type(manager), "__aenter__"):
+            return manager  # not an async context manager after all: untouched
         return _TracedAsyncContextManager(manager, plan, instance, args, kwargs)
 
-    return wrapper
+    return _tracing_what_it_makes(plan.admit, traced)
 
 
 def _emit_item(active: Active, item: Any) -> None:
