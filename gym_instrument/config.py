@@ -36,7 +36,9 @@ ENV_BAGGAGE = "OTEL_PYTHON_GYM_BAGGAGE"
 ENV_JOB_CONTEXT = "OTEL_PYTHON_GYM_JOB_CONTEXT"
 ENV_CONFIG = "OTEL_PYTHON_GYM_CONFIG"
 
-DEFAULT_PRESETS = ("nemo_gym",)
+# Every shipped preset: each is armed only when its framework's module is imported (a post-import
+# hook), so a process without that framework pays nothing for it.
+DEFAULT_PRESETS = ("nemo_gym", "verifiers")
 DEFAULT_LINK_CAPACITY = 1_000_000
 
 

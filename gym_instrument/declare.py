@@ -3,9 +3,9 @@
 A target is a mapping (a TOML table, a JSON object, a Python dict)::
 
     [[targets]]
-    path = "my_loop.rollouts:Runner.run_episode"   # the function (required)
+    path = "my_loop.rollouts:Runner.rollout"       # the function (required)
     role = "dispatch"                              # dispatch, verify, health or isolate (required)
-    row = "task"                                   # the argument holding the row / request
+    row = "job"                                    # the argument holding the row / request
     when = { mode = "train" }                      # traced only when these arguments have these values
     framework = "my_loop"                          # nemo.gym.framework on its spans
     schema = "generic"                             # built-in rules: "nemo_gym" (default), "generic", or "module:OBJECT"
@@ -15,21 +15,21 @@ A target is a mapping (a TOML table, a JSON object, a Python dict)::
     start_extractors = []                          # extractors by import path, run before the span starts
 
     [targets.start]                                # attributes when the span starts (samplers see them)
-    "nemo.gym.task.id" = ["row.data.id", "row.data.name"]   # the first path that has a value
-    "nemo.gym.task.index" = "row.data.idx"
+    "nemo.gym.task.id" = ["row.problem.id", "row.problem.title"]   # the first path that has a value
+    "nemo.gym.task.index" = "row.position"
 
     [targets.end]                                  # attributes after the call
-    "nemo.gym.rollout.id" = "result.id"
+    "nemo.gym.rollout.id" = "result.attempts[-1].uid"
 
     [targets.failure]                              # a failure that comes back as data
     when = "result.ok"                             # this path ...
     equals = false                                 # ... has this value (same type): the call failed
-    error_type = ["result.errors[-1].type"]        # error.type: the first path with a value, else "_OTHER"
+    error_type = ["result.failures[-1].kind"]      # error.type: the first path with a value, else "_OTHER"
 
-A **path** is ``row``, ``arg.NAME``, ``self`` or ``result`` (``end`` and ``failure`` only), then
-any number of ``.field`` (a mapping key, a pydantic field or extra, an attribute or a property;
-never a name that starts with ``__``) and ``[N]`` (an item of a list or tuple, negative from the
-end). Nothing is evaluated: a path that does not resolve is simply absent.
+A **path** (e.g. ``result.attempts[-1].uid``) is ``row``, ``arg.NAME``, ``self`` or ``result``
+(``end`` and ``failure`` only), then any number of ``.field`` (a mapping key, a pydantic field
+or extra, an attribute or a property; never a name that starts with ``__``) and ``[N]`` (an item
+of a list or tuple, negative from the end). Nothing is evaluated: a path that does not resolve is simply absent.
 
 Known attribute names (``nemo.gym.*``, ``error.type``) are converted by SPEC's rules: a task id
 is rendered like a row's, indices must be ints >= 0, a reward must be a finite number, ids must
@@ -97,7 +97,7 @@ _STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(-?\d+)\]")
 
 
 class FieldPath:
-    """A parsed path such as ``result.traces[-1].errors[-1].type``; read with :meth:`read`."""
+    """A parsed path such as ``result.attempts[-1].failures[-1].kind``; read with :meth:`read`."""
 
     __slots__ = ("argument", "root", "steps", "text")
 
@@ -154,7 +154,7 @@ def _attribute(value: Any, name: str) -> Any:
     found = field(value, name)
     if found is not MISSING or is_a(value, Mapping):
         return found
-    # A property (verifiers' Trace.reward is one) is not a field: read it when the class defines one.
+    # A property (a computed reward, say) is not a field: read it when the class defines one.
     try:
         if isinstance(inspect.getattr_static(type(value), name, None), property):
             return getattr(value, name)
@@ -284,13 +284,16 @@ def import_object(path: Any) -> Any:
     return found
 
 
+_GENERIC = RolloutSchema()  # one object: targets read twice from the same form are equal
+
+
 def _schema(name: Any) -> RolloutSchema:
     if name == "nemo_gym":
         from gym_instrument.presets.nemo_gym_schema import SCHEMA
 
         return SCHEMA
     if name == "generic":
-        return RolloutSchema()
+        return _GENERIC
     schema = import_object(name)
     if not isinstance(schema, RolloutSchema):
         raise ValueError(f"{name!r} is not a RolloutSchema")

@@ -15,7 +15,8 @@ from gym_instrument.plan import ENGINE
 
 def test_defaults() -> None:
     config = GymConfig.resolve({}, environ={})
-    assert config == GymConfig(targets=(), presets=("nemo_gym",), link_capacity=1_000_000, baggage=True)
+    # Every shipped preset is armed by default: each only arms a post-import hook for its framework.
+    assert config == GymConfig(targets=(), presets=("nemo_gym", "verifiers"), link_capacity=1_000_000, baggage=True)
 
 
 def test_environment_over_defaults() -> None:
