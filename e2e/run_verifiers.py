@@ -247,6 +247,29 @@ def check_episodes(episodes: list[dict], received: Received, report: Report, rep
     return figures
 
 
+def check_report(spans_path: Path, episodes: list[dict], report: Report) -> None:
+    """The package's own report reads verifiers' spans as it reads NeMo Gym's: same attribute names."""
+    spans = [json.loads(line) for line in spans_path.read_text(errors="replace").splitlines() if '"spanId"' in line]
+    document = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"scope": {"name": "gym_instrument"}, "spans": spans}]}]}
+    otlp_file = WORK / "spans.otlp.json"
+    otlp_file.write_text(json.dumps(document) + "\n")
+    command = [str(VENV / "bin" / "gym-instrument"), "report", str(otlp_file), "--format", "json", "--no-html"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if not report.check(result.returncode == 0, f"gym-instrument report failed: {result.stderr[-2000:]}"):
+        return
+    run = json.loads(result.stdout)["run"]
+    expected = {
+        "tasks": NUM_TASKS,
+        "dispatches": len(episodes),
+        "errors": sum(1 for episode in episodes if not episode["ok"]),
+        "rewarded": sum(1 for episode in episodes if episode["ok"]),
+        "verifies_without_dispatch": 0,
+    }
+    seen = {key: run.get(key) for key in expected}
+    report.check(seen == expected, f"gym-instrument report's run figures {seen}, expected {expected}")
+    report.notes.append(f"gym-instrument report: {seen}")
+
+
 def run(args: argparse.Namespace) -> int:
     started_at = time.monotonic()
     shutil.rmtree(WORK, ignore_errors=True)
@@ -330,6 +353,7 @@ def run(args: argparse.Namespace) -> int:
             report.notes.append(str(error))  # the checks say precisely what is missing
         time.sleep(1)  # anything late (a duplicate) would arrive now
         figures = check_episodes(episodes, read_received(spans_path), report, args.repeats)
+        check_report(spans_path, episodes, report)
     except E2EFailure as error:
         report.fail(str(error))
     finally:
