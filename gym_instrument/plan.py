@@ -6,7 +6,10 @@ into those that run at the start and at the end, and the role's capability flags
 booleans. At call time one wrapper per kind of function runs it: sync, coroutine, generator,
 async generator and async context manager. Each one admits the call (:meth:`Plan.admit`), starts
 it (:meth:`Plan.start`) and ends it in exactly one idempotent place (:meth:`Active.finish`),
-reached from every exit path; the context is detached where it was attached.
+reached from every exit path; the context is detached where it was attached. The extractor
+return convention (``extract``) is applied in those two places and nowhere else: a rollout id
+from a start extractor names the rollout (baggage included), an ``error.type`` from an end
+extractor marks a returned call failed.
 
 Generators: the span covers the iteration, from the first step to exhaustion, an exception or
 ``close()`` (an abandoned generator is closed by the garbage collector). Its context is current
