@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo bench fuzz e2e lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
+.PHONY: venv test demo bench fuzz e2e e2e-nemo-gym e2e-verifiers lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,14 @@ bench: venv
 fuzz: venv
 	GYM_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/reliability -k property
 
-e2e:
+# Both real frameworks from PyPI: NeMo Gym 0.4.0 and 0.7.0, then verifiers 0.4.0 (vf-eval).
+e2e: e2e-nemo-gym e2e-verifiers
+
+e2e-nemo-gym:
 	$(PYTHON) e2e/run.py
+
+e2e-verifiers:
+	$(PYTHON) e2e/run_verifiers.py
 
 # The trace viewer (Arize Phoenix), alone in its own venv: it brings its own pins of what .venv also has.
 UI_VENV := .venv-ui

@@ -17,8 +17,12 @@ Usage:
 
 `--answers` is an e2e input JSONL (repeatable): rows with `expected_answer` and `options` make
 the answer key, keyed by the text of the row's last user message; a materialized task row keeps
-them under `task_input` (`responses_create_params`, and `task_data`). Every request is logged as one JSON
-line (path, prompt key, answer kind, and the W3C `traceparent`/`baggage` headers it carried).
+them under `task_input` (`responses_create_params`, and `task_data`), and a verifiers task row
+(`e2e/verifiers/`) has its user text as `prompt`. A row with `"fail_first": true` has the first
+request for its prompt answered with HTTP 400 (a model call that fails), the later ones as usual.
+A streaming Chat Completions request (`stream: true`, what verifiers sends) gets the same reply as
+server-sent chunks. Every request is logged as one JSON line (path, prompt key, answer kind, and
+the W3C `traceparent`/`baggage` headers it carried).
 """
 
 from __future__ import annotations
@@ -65,9 +69,16 @@ def load_answer_key(path: Path) -> dict[str, dict[str, Any]]:
             row = {**task_input.get("task_data", {}), "responses_create_params": task_input["responses_create_params"]}
         if "expected_answer" not in row:
             continue
-        user_text = last_user_text(row["responses_create_params"]["input"])
+        if "prompt" in row:
+            user_text = row["prompt"]
+        else:
+            user_text = last_user_text(row["responses_create_params"]["input"])
         letters = [letter for option in row.get("options") or [] for letter in option]
-        answer_key[user_text] = {"expected": row["expected_answer"], "letters": letters}
+        answer_key[user_text] = {
+            "expected": row["expected_answer"],
+            "letters": letters,
+            "fail_first": bool(row.get("fail_first")),
+        }
     return answer_key
 
 
@@ -78,6 +89,7 @@ class Script:
         self.answer_key = answer_key
         self.request_log = request_log
         self._seen: dict[str, int] = {}
+        self._failed: set[str] = set()
         self._lock = threading.Lock()
 
     def _next_count(self, prompt: str) -> int:
@@ -91,6 +103,18 @@ class Script:
             return
         with self._lock, self.request_log.open("a") as log_file:
             log_file.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def fails(self, messages: list[dict[str, Any]]) -> bool:
+        """Whether this request is the first for a prompt whose row asks for a failed model call."""
+        prompt = last_user_text(messages)
+        answer = self.answer_key.get(prompt)
+        if answer is None or not answer["fail_first"]:
+            return False
+        with self._lock:
+            if prompt in self._failed:
+                return False
+            self._failed.add(prompt)
+            return True
 
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], has_tool_output: bool) -> dict[str, Any]:
         """One scripted turn: {"kind", "output_tokens", and "name", "arguments" or "text"}."""
@@ -186,6 +210,20 @@ def chat_completion_body(turn: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def chat_completion_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Chat Completions body as the chunks a streaming reply sends (``stream: true``)."""
+    choice = body["choices"][0]
+    delta = {key: value for key, value in choice["message"].items() if value is not None}
+    if "tool_calls" in delta:
+        delta["tool_calls"] = [{"index": index, **call} for index, call in enumerate(delta["tool_calls"])]
+    head = {key: body[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    return [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+        {**head, "choices": [], "usage": body["usage"]},
+    ]
+
+
 def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -197,6 +235,14 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
             payload = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def _send_stream(self, chunks: list[dict[str, Any]]) -> None:
+            payload = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
@@ -224,6 +270,10 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 body = responses_body(request, turn)
             elif path.endswith("/chat/completions"):
                 messages = request.get("messages") or []
+                if script.fails(messages):
+                    script.log({"path": path, "kind": "failed", "output_tokens": 0, "traceparent": None, "baggage": None})
+                    self._send_json(400, {"error": {"message": "scripted failure", "type": "invalid_request_error"}})
+                    return
                 has_tool_output = any(isinstance(m, dict) and m.get("role") == "tool" for m in messages)
                 turn = script.reply(messages, request.get("tools") or [], has_tool_output)
                 body = chat_completion_body(turn)
@@ -239,7 +289,10 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
                     "baggage": self.headers.get("baggage"),
                 }
             )
-            self._send_json(200, body)
+            if request.get("stream") and path.endswith("/chat/completions"):
+                self._send_stream(chat_completion_chunks(body))
+            else:
+                self._send_json(200, body)
 
     return Handler
 

@@ -5,7 +5,8 @@ argument > environment > default, here and nowhere else.
 
 A bad value passed in code raises ``ValueError``; a bad value in the environment is logged with
 the variable's name and skipped, so the application still starts. In a list setting
-(``OTEL_PYTHON_GYM_TARGETS``) one bad entry is skipped and the good ones still apply.
+(``OTEL_PYTHON_GYM_TARGETS``, the targets of ``OTEL_PYTHON_GYM_CONFIG``) one bad entry is skipped
+and the good ones still apply.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from gym_instrument.declare import parse_config, target_entries, target_from_mapping
 from gym_instrument.job import JOB_LINK, JOB_MODES
 from gym_instrument.roles import ROLES
 from gym_instrument.targets import Target, check_importable
@@ -32,8 +34,11 @@ ENV_PRESETS = "OTEL_PYTHON_GYM_PRESETS"
 ENV_LINK_CAPACITY = "OTEL_PYTHON_GYM_LINK_CAPACITY"
 ENV_BAGGAGE = "OTEL_PYTHON_GYM_BAGGAGE"
 ENV_JOB_CONTEXT = "OTEL_PYTHON_GYM_JOB_CONTEXT"
+ENV_CONFIG = "OTEL_PYTHON_GYM_CONFIG"
 
-DEFAULT_PRESETS = ("nemo_gym",)
+# Every shipped preset: each is armed only when its framework's module is imported (a post-import
+# hook), so a process without that framework pays nothing for it.
+DEFAULT_PRESETS = ("nemo_gym", "verifiers")
 DEFAULT_LINK_CAPACITY = 1_000_000
 
 
@@ -193,11 +198,13 @@ class Setting:
     environment entry that fails it is skipped, the others apply). ``check``: a check of one entry
     against this interpreter, made when resolving for ``instrument()`` (``check=True``).
     ``combine``: how a later ``instrument()`` call adds to the running value (None: it replaces it).
+    ``entries``: how an environment value is cut into entries (default: at commas).
     """
 
     env: str | None
     parse: Callable[[Any], Any]
     entry: Callable[[Any], Any] | None = None
+    entries: Callable[[str], list[Any]] = _split
     check: Callable[[Any], Any] | None = None
     combine: Callable[[Any, Any], Any] | None = None
 
@@ -228,6 +235,18 @@ class GymConfig:
         metadata=_declare(ENV_TARGETS, parse_targets, entry=Target.parse, check=_checked_target, combine=_more_targets),
     )
     presets: tuple[str, ...] = field(default=DEFAULT_PRESETS, metadata=_declare(ENV_PRESETS, parse_presets))
+    # Targets in the declarative form (gym_instrument.declare): a TOML or JSON file, TOML/JSON text, or a mapping.
+    config: tuple[Target, ...] = field(
+        default=(),
+        metadata=_declare(
+            ENV_CONFIG,
+            parse_config,
+            entry=target_from_mapping,
+            entries=target_entries,
+            check=_checked_target,
+            combine=_more_targets,
+        ),
+    )
     link_capacity: int = field(default=DEFAULT_LINK_CAPACITY, metadata=_declare(ENV_LINK_CAPACITY, parse_capacity))
     baggage: bool = field(default=True, metadata=_declare(ENV_BAGGAGE, parse_bool))
     job_context: str = field(default=JOB_LINK, metadata=_declare(ENV_JOB_CONTEXT, parse_job_mode))
@@ -285,8 +304,13 @@ class GymConfig:
 def _from_environment(setting: Setting, raw: str, check: bool) -> Any:
     if setting.entry is not None:
         # One bad entry is skipped; the good ones still apply.
+        try:
+            items = setting.entries(raw)
+        except ValueError as error:
+            _LOG.error("gym_instrument: %s=%r ignored: %s", setting.env, raw[:200], error)
+            return None
         entries = []
-        for item in _split(raw):
+        for item in items:
             try:
                 entry = setting.entry(item)
                 entries.append(setting.check(entry) if check and setting.check is not None else entry)

@@ -13,6 +13,27 @@ Example::
 
     GymInstrumentor().instrument(extractors={"dispatch": [at_start(dataset_name)]})
 
+**What an extractor returns** is attributes, and two of SPEC's names say more than an attribute:
+
+- ``nemo.gym.rollout.id`` returned at the start (an ``at_start`` extractor of a dispatch) is the
+  rollout's id: the span attribute *and* the W3C baggage entry that names the rollout in what the
+  dispatch causes, exactly like an id the role read from the row (it replaces that one).
+- ``error.type`` returned after the call, when the call returned (did not raise), declares the
+  call failed: the span's status is ERROR with that type as its description and a dispatch
+  counts as ``outcome=error``. A framework that returns failures as data (verifiers'
+  ``Episode(ok=False)``) is described this way without raising anything.
+
+Example::
+
+    @at_start
+    def episode_id(call):
+        return {"nemo.gym.rollout.id": call.row["episode_id"]}
+
+    def failed_as_data(call):
+        if call.result is not None and call.result.get("status") == "failed":
+            return {"error.type": call.result.get("reason", "_OTHER")}
+        return None
+
 Extractors add to the role's own attribute rules (``roles`` and the target's schema), which are
 not extractors; ``default_extractors=False`` / ``replace_default_extractors`` turns those rules
 off. Whatever an extractor returns is checked value by value before it reaches a span, and one
@@ -86,6 +107,17 @@ class Call:
             found = self._plan.locator.find(self.instance, self.args, self.kwargs)
             row = self._row = None if found is MISSING else found
         return row
+
+    def argument(self, name: str) -> Any:
+        """One argument by parameter name (by keyword, else by its position), or None when absent."""
+        locators = self._plan.argument_locators
+        locator = locators.get(name)
+        if locator is None:
+            from gym_instrument.targets import ArgLocator
+
+            locator = locators[name] = ArgLocator(self._plan.function, (), name)
+        found = locator.find(self.instance, self.args, self.kwargs)
+        return None if found is MISSING else found
 
     @property
     def arguments(self) -> dict[str, Any]:

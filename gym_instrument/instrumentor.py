@@ -38,8 +38,10 @@ On code you own, the same roles as decorators::
     async def run_rollout(row): ...
 
 Arguments of ``instrument()``: ``tracer_provider``, ``meter_provider``, ``targets`` (Target
-objects or ``"module:Qualified.name=role"`` strings, on top of the presets), ``presets``
-(default ``["nemo_gym"]``; ``"none"`` arms none), ``extractors`` (role -> callables),
+objects, ``"module:Qualified.name=role"`` strings or mappings of the declarative form, on top of
+the presets), ``config`` (targets in the declarative form: a TOML or JSON file, its text, or a
+mapping; see :mod:`gym_instrument.declare`), ``presets`` (default ``["nemo_gym", "verifiers"]``,
+each armed only when its framework is imported; ``"none"`` arms none), ``extractors`` (role -> callables),
 ``replace_default_extractors`` (roles whose defaults your extractors replace), ``link_capacity``
 (dispatch span contexts remembered for their health verdicts, default 1,000,000) and
 ``baggage`` (False keeps the rollout id in-process instead of in W3C baggage) and
@@ -119,7 +121,7 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _arm(config: GymConfig, running: _Running | None) -> None:
         """Record with ``config`` and arm its targets; what did not change from ``running`` is kept
         (the recorder, the remembered dispatches, the job context, the wrapped functions)."""
-        targets = (*(target for name in config.presets for target in PRESETS[name]), *config.targets)
+        targets = (*(target for name in config.presets for target in PRESETS[name]), *config.targets, *config.config)
         before = running.config if running is not None else None
 
         def unchanged(*names: str) -> bool:

@@ -6,7 +6,10 @@ into those that run at the start and at the end, and the role's capability flags
 booleans. At call time one wrapper per kind of function runs it: sync, coroutine, generator,
 async generator and async context manager. Each one admits the call (:meth:`Plan.admit`), starts
 it (:meth:`Plan.start`) and ends it in exactly one idempotent place (:meth:`Active.finish`),
-reached from every exit path; the context is detached where it was attached.
+reached from every exit path; the context is detached where it was attached. The extractor
+return convention (``extract``) is applied in those two places and nowhere else: a rollout id
+from a start extractor names the rollout (baggage included), an ``error.type`` from an end
+extractor marks a returned call failed.
 
 Generators: the span covers the iteration, from the first step to exhaustion, an exception or
 ``close()`` (an abandoned generator is closed by the garbage collector). Its context is current
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 from opentelemetry import context
 from opentelemetry.context import Context
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, Status, StatusCode
 
 from gym_instrument import compat, semconv
 from gym_instrument.compat import attach, current_context, detach
@@ -35,7 +38,7 @@ from gym_instrument.job import JobContext
 from gym_instrument.linkage import DispatchLinks
 from gym_instrument.record import FAILURES, Recorder
 from gym_instrument.roles import ROLLOUT_ID_CONTEXT_KEY, Role
-from gym_instrument.schema import MISSING, RolloutIdentity, RolloutSchema
+from gym_instrument.schema import MISSING, RolloutIdentity, RolloutSchema, named_identity, rollout_id_string
 
 if TYPE_CHECKING:
     from gym_instrument.targets import ArgLocator, Target
@@ -123,8 +126,10 @@ class Plan:
 
     __slots__ = (
         "adopts",
+        "argument_locators",
         "armed",
         "binds_instance",
+        "carries_rollout_id",
         "conditions",
         "counts_outcome",
         "counts_reward",
@@ -132,6 +137,7 @@ class Plan:
         "emits",
         "end_extractors",
         "find_row",
+        "framework",
         "function",
         "function_guard",
         "guard_key",
@@ -180,10 +186,13 @@ class Plan:
         self.binds_instance = binds_instance
         self.spans = role.span_name is not None
         self.adopts = role.span_name in schema.framework_spans
+        self.framework = target.framework  # nemo.gym.framework on its spans, when its target names one
+        self.argument_locators: dict[str, ArgLocator] = {}  # Call.argument's, made on first use
         self.use_extractors(extractors, defaults)
         # The role's capability flags, as plain booleans.
         self.counts_outcome = role.counts_outcome
         self.counts_reward = role.counts_reward
+        self.carries_rollout_id = role.carries_rollout_id
         self.remembers = role.remembers_dispatch
         self.emits = role.emits_child_spans
         self.isolates = role.isolates
@@ -268,8 +277,16 @@ class Plan:
                 if identity is not None:
                     active.identity = identity
                     rollout_id = identity.rollout_id
+                if self.framework is not None:
+                    attributes[semconv.FRAMEWORK] = self.framework
                 if self.start_extractors:
                     run_extractors(self.start_extractors, call, attributes)  # type: ignore[arg-type]
+                    if self.carries_rollout_id:
+                        # An extractor's rollout id names the rollout, baggage included (extract's convention).
+                        extracted = rollout_id_string(attributes.get(semconv.ROLLOUT_ID))
+                        if extracted is not None and extracted != rollout_id:
+                            rollout_id = extracted
+                            active.identity = named_identity(active.identity, extracted)
                 span = active.span = self.open_span(self, tracer, setup, current, attributes)
         except Exception:
             FAILURES.failed("start of", role)
@@ -347,6 +364,7 @@ class Active:
                 span.end()  # sampled out: nothing to read, count or remember
                 return
             attributes: dict[str, Any] | None = None
+            failed_as = None  # error.type an end extractor returned for a call that returned
             if exception is None and plan.reads_result:
                 try:
                     attributes = plan.role.on_success(plan, result)
@@ -358,10 +376,16 @@ class Active:
                 if attributes is None:
                     attributes = {}
                 run_extractors(plan.end_extractors, call, attributes)
+                if exception is None:
+                    failed_as = attributes.get(semconv.ERROR_TYPE)
             if attributes:
                 span.set_attributes(attributes)
             setup = self.setup
-            if exception is None:
+            if failed_as is not None:  # a failure that came back as data (extract's convention)
+                span.set_status(Status(StatusCode.ERROR, str(failed_as)))
+                span.end()
+                outcome = _OUTCOME_ERROR
+            elif exception is None:
                 span.end()
                 if plan.remembers and setup.remembers:
                     identity = self.identity

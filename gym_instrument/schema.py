@@ -248,6 +248,15 @@ class RolloutIdentity:
         self.agent_name = agent_name
 
 
+def named_identity(identity: RolloutIdentity | None, rollout_id: str) -> RolloutIdentity:
+    """``identity`` (or an empty one) named by ``rollout_id``: an extractor's rollout id at the start."""
+    if identity is None:
+        identity = RolloutIdentity()
+    identity.rollout_id = rollout_id
+    identity.custom_id = parse_index_form(rollout_id) is None
+    return identity
+
+
 # ---------------------------------------------------------------------------------------------
 # The attribute rules (SPEC sections 2-4), one each, for every schema.
 

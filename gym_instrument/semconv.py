@@ -31,8 +31,13 @@ VERIFY_MASKED: Final = "nemo.gym.verify.masked"
 FAILURE_KIND: Final = "nemo.gym.failure_kind"
 HEALTH_VERDICT: Final = "nemo.gym.health.verdict"
 HEALTH_CHECKS: Final = "nemo.gym.health.checks"
+# The rollout framework a dispatch or verify span's target belongs to (a preset's name, or what a
+# declared target says): one dashboard reads several frameworks' spans and can still tell them apart.
+FRAMEWORK: Final = "nemo.gym.framework"
 ERROR_TYPE: Final = "error.type"
 ERROR_TYPE_CANCELLED: Final = "cancelled"
+# A failure that says no type of its own (OpenTelemetry's semantic conventions' fallback value).
+ERROR_TYPE_OTHER: Final = "_OTHER"
 
 # W3C baggage entry that names the rollout in everything a dispatch causes.
 BAGGAGE_ROLLOUT_ID: Final = "nemo.gym.rollout.id"

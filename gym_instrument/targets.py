@@ -44,6 +44,7 @@ class Target:
         Target("my_loop.rollouts:Runner.send", "dispatch", row_arg="episode")
         Target("nemo_gym.server_utils:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json")
         Target.parse("my_loop.scoring:score=verify")
+        Target.parse({"path": "my_loop.scoring:score", "role": "verify", "end": {"nemo.gym.rollout.reward": "result.score"}})
 
     ``when`` maps argument names to the value the call must pass for it to be traced.
     ``row_arg`` points at the argument holding the row (dispatch) or request (verify).
@@ -51,6 +52,8 @@ class Target:
     them with ``default_extractors=False``. ``schema`` says how the framework's rows, results and
     verdicts are read (default: NeMo Gym's, the schema SPEC is written in). ``optional`` targets
     (presets) may be absent from a version of their library: that is logged at debug level only.
+    ``framework`` names the rollout framework on its spans (``nemo.gym.framework``). The mapping
+    form (:mod:`gym_instrument.declare`) says all of this, attribute rules included, as data.
     """
 
     path: str
@@ -61,6 +64,11 @@ class Target:
     default_extractors: bool = True
     optional: bool = False
     schema: RolloutSchema | None = None
+    framework: str | None = None
+
+    def __hash__(self) -> int:
+        # ``when`` is a dict: hashed by what names the target (equal targets share these).
+        return hash((self.path, self.role, self.row_arg))
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not _PATH.match(self.path):
@@ -80,12 +88,17 @@ class Target:
         return self.path.partition(":")[2]
 
     @classmethod
-    def parse(cls, spec: str | Target) -> Target:
-        """A target from the short form ``"package.module:Qualified.name=role"`` (or a Target)."""
+    def parse(cls, spec: str | Mapping[str, Any] | Target) -> Target:
+        """A target from the short form ``"package.module:Qualified.name=role"``, the mapping form
+        (:func:`gym_instrument.declare.target_from_mapping`), or a Target."""
         if isinstance(spec, Target):
             return spec
+        if isinstance(spec, Mapping):
+            from gym_instrument.declare import target_from_mapping
+
+            return target_from_mapping(spec)
         if not isinstance(spec, str):
-            raise ValueError(f"target {spec!r}: expected 'package.module:Qualified.name=role' or a Target")
+            raise ValueError(f"target {spec!r}: expected 'package.module:Qualified.name=role', a mapping or a Target")
         path, separator, role = spec.strip().rpartition("=")
         if not separator:
             raise ValueError(f"target {spec.strip()!r}: expected 'package.module:Qualified.name=role'")

@@ -15,7 +15,8 @@ from gym_instrument.plan import ENGINE
 
 def test_defaults() -> None:
     config = GymConfig.resolve({}, environ={})
-    assert config == GymConfig(targets=(), presets=("nemo_gym",), link_capacity=1_000_000, baggage=True)
+    # Every shipped preset is armed by default: each only arms a post-import hook for its framework.
+    assert config == GymConfig(targets=(), presets=("nemo_gym", "verifiers"), link_capacity=1_000_000, baggage=True)
 
 
 def test_environment_over_defaults() -> None:
@@ -103,6 +104,7 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
         "link_capacity": "OTEL_PYTHON_GYM_LINK_CAPACITY",
         "baggage": "OTEL_PYTHON_GYM_BAGGAGE",
         "job_context": "OTEL_PYTHON_GYM_JOB_CONTEXT",
+        "config": "OTEL_PYTHON_GYM_CONFIG",
         "extractors": None,  # code only
         "replace_default_extractors": None,
         "tracer_provider": None,

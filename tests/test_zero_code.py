@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gym_instrument import semconv
 
 LOOP = '''
@@ -206,3 +208,126 @@ def test_a_script_instrument_call_under_the_launcher_adds_its_targets_and_extrac
     for span in verifies + health:
         parent = dispatches[span["parent_id"]]
         assert span["attributes"][semconv.ROLLOUT_ID] == parent["attributes"][semconv.ROLLOUT_ID]
+
+
+# The framework of README.md's "Your own framework" section, with no telemetry code.
+MY_RL = """
+import asyncio
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Problem:
+    position: int
+    id: str | None = None
+    title: str | None = None
+
+
+@dataclass
+class Failure:
+    kind: str
+
+
+@dataclass
+class Attempt:
+    uid: str
+    ok: bool = True
+    failures: list = field(default_factory=list)
+    points: dict = field(default_factory=dict)
+
+    @property
+    def score(self):
+        return sum(self.points.values()) if self.points else None
+
+
+class Grader:
+    async def grade(self, attempt):
+        attempt.points["correct"] = 1.0 if attempt.uid.endswith("0") else 0.0
+
+
+class Runner:
+    async def rollout(self, problem, *, attempt_id):
+        attempt = Attempt(attempt_id)
+        if problem.title == "flaky":
+            attempt.ok = False
+            attempt.failures.append(Failure("ModelTimeout"))
+            return attempt
+        await Grader().grade(attempt)
+        return attempt
+
+
+async def main():
+    problems = [Problem(0, id="p-0"), Problem(1, title="titled"), Problem(2), Problem(3, title="flaky")]
+    attempts = [await Runner().rollout(p, attempt_id=f"{p.position}-a{r}") for p in problems for r in range(2)]
+    print("OK", [a.ok for a in attempts])
+"""
+
+MY_RL_MAIN = "import asyncio\n\nimport my_rl.episodes\n\nasyncio.run(my_rl.episodes.main())\n"
+
+
+def readme_own_framework_toml() -> str:
+    """The TOML block of README.md's "Your own framework" section, as a reader would copy it."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Your own framework", 1)[1]
+    return section.split("```toml\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize("given_as", ["text", "file"])
+def test_your_own_framework_from_the_readme_by_environment_alone(tmp_path: Path, given_as: str) -> None:
+    """README's configuration, by environment variables only: no Python of the user's in the process."""
+    package = tmp_path / "my_rl"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "episodes.py").write_text(MY_RL)
+    toml = readme_own_framework_toml()
+    if given_as == "file":
+        (tmp_path / "gym.toml").write_text(toml)
+        config = str(tmp_path / "gym.toml")
+    else:
+        config = toml
+    process, spans = run_instrumented(tmp_path, MY_RL_MAIN, OTEL_PYTHON_GYM_CONFIG=config)
+    assert process.returncode == 0, process.stderr
+    assert "gym_instrument" not in process.stderr
+    assert "OK [True, True, True, True, True, True, False, False]" in process.stdout
+    dispatches = {span["context"]["span_id"]: span for span in spans if span["name"] == semconv.SPAN_DISPATCH}
+    assert len(dispatches) == 8
+    by_rollout = {span["attributes"][semconv.ROLLOUT_ID]: span for span in dispatches.values()}
+    assert {
+        rid: (span["attributes"].get(semconv.TASK_ID), span["attributes"][semconv.TASK_INDEX]) for rid, span in by_rollout.items()
+    } == {
+        "0-a0": ("p-0", 0),
+        "0-a1": ("p-0", 0),
+        "1-a0": ("titled", 1),
+        "1-a1": ("titled", 1),
+        "2-a0": (None, 2),
+        "2-a1": (None, 2),
+        "3-a0": ("flaky", 3),
+        "3-a1": ("flaky", 3),
+    }
+    for rollout_id, span in by_rollout.items():
+        assert span["attributes"][semconv.FRAMEWORK] == "my_rl"
+        failed = rollout_id.startswith("3-")
+        assert span["status"]["status_code"] == ("ERROR" if failed else "UNSET")
+        assert span["attributes"].get(semconv.ERROR_TYPE) == ("ModelTimeout" if failed else None)
+    verifies = [span for span in spans if span["name"] == semconv.SPAN_VERIFY]
+    assert len(verifies) == 6
+    for verify in verifies:
+        parent = dispatches[verify["parent_id"]]
+        # The attempt id came in as baggage: the verify needs no rule of its own for it.
+        assert verify["attributes"][semconv.ROLLOUT_ID] == parent["attributes"][semconv.ROLLOUT_ID]
+        expected = 1.0 if verify["attributes"][semconv.ROLLOUT_ID].endswith("0") else 0.0
+        assert verify["attributes"][semconv.ROLLOUT_REWARD] == expected
+
+
+def test_a_bad_config_entry_is_logged_by_variable_target_and_key_and_the_rest_applies(tmp_path: Path) -> None:
+    package = tmp_path / "my_rl"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "episodes.py").write_text(MY_RL)
+    toml = readme_own_framework_toml().replace('"row.score"', '"score"')
+    process, spans = run_instrumented(tmp_path, MY_RL_MAIN, OTEL_PYTHON_GYM_CONFIG=toml)
+    assert process.returncode == 0, process.stderr
+    assert "OTEL_PYTHON_GYM_CONFIG" in process.stderr
+    assert "target 'my_rl.episodes:Grader.grade': end: 'nemo.gym.rollout.reward': path 'score'" in process.stderr
+    assert len([span for span in spans if span["name"] == semconv.SPAN_DISPATCH]) == 8  # the good target applies
+    assert [span for span in spans if span["name"] == semconv.SPAN_VERIFY] == []

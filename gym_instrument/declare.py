@@ -1,0 +1,502 @@
+"""The declarative form: everything a preset says, as data — for code, environment and config files.
+
+A target is a mapping (a TOML table, a JSON object, a Python dict)::
+
+    [[targets]]
+    path = "my_loop.rollouts:Runner.rollout"       # the function (required)
+    role = "dispatch"                              # dispatch, verify, health or isolate (required)
+    row = "job"                                    # the argument holding the row / request
+    when = { mode = "train" }                      # traced only when these arguments have these values
+    framework = "my_loop"                          # nemo.gym.framework on its spans
+    schema = "generic"                             # built-in rules: "nemo_gym" (default), "generic", or "module:OBJECT"
+    defaults = true                                # the schema's rules apply (false: only what is declared here)
+    optional = false                               # absent from this version of the library: debug log only
+    extractors = ["my_loop.telemetry:dataset"]     # extractors by import path (after the call, or @at_start)
+    start_extractors = []                          # extractors by import path, run before the span starts
+
+    [targets.start]                                # attributes when the span starts (samplers see them)
+    "nemo.gym.task.id" = ["row.problem.id", "row.problem.title"]   # the first path that has a value
+    "nemo.gym.task.index" = "row.position"
+
+    [targets.end]                                  # attributes after the call
+    "nemo.gym.rollout.id" = "result.attempts[-1].uid"
+
+    [targets.failure]                              # a failure that comes back as data
+    when = "result.ok"                             # this path ...
+    equals = false                                 # ... has this value (same type): the call failed
+    error_type = ["result.failures[-1].kind"]      # error.type: the first path with a value, else "_OTHER"
+
+A **path** (e.g. ``result.attempts[-1].uid``) is ``row``, ``arg.NAME``, ``self`` or ``result``
+(``end`` and ``failure`` only), then any number of ``.field`` (a mapping key, a pydantic field
+or extra, an attribute or a property; never a name that starts with ``__``) and ``[N]`` (an item
+of a list or tuple, negative from the end). Nothing is evaluated: a path that does not resolve is simply absent.
+
+Known attribute names (``nemo.gym.*``, ``error.type``) are converted by SPEC's rules: a task id
+is rendered like a row's, indices must be ints >= 0, a reward must be a finite number, ids must
+be non-empty strings; a value that fails is absent and the next path is tried. Rules compile to
+extractors, so they follow the extractor return convention (``gym_instrument.extract``): a
+``nemo.gym.rollout.id`` at the start is the rollout id (span attribute and baggage), an
+``error.type`` at the end marks the call failed.
+
+Every problem raises ``ValueError`` naming the target and the key; the environment's reader
+(``config``) logs it with the variable's name and skips that target.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gym_instrument import semconv
+from gym_instrument.schema import (
+    MISSING,
+    RolloutSchema,
+    field,
+    index_value,
+    is_a,
+    numeric_reward,
+    render_task_id,
+    rollout_id_string,
+)
+
+if TYPE_CHECKING:
+    from gym_instrument.extract import Call
+    from gym_instrument.targets import Target
+
+TARGET_KEYS = (
+    "path",
+    "role",
+    "row",
+    "when",
+    "framework",
+    "schema",
+    "defaults",
+    "optional",
+    "extractors",
+    "start_extractors",
+    "start",
+    "end",
+    "failure",
+)
+FAILURE_KEYS = ("when", "equals", "error_type")
+DOCUMENT_KEYS = ("targets",)
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_ROOT = re.compile(r"^(row|self|result|arg\.([A-Za-z_]\w*))")
+_STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(-?\d+)\]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths
+
+
+class FieldPath:
+    """A parsed path such as ``result.attempts[-1].failures[-1].kind``; read with :meth:`read`."""
+
+    __slots__ = ("argument", "root", "steps", "text")
+
+    def __init__(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise ValueError(f"a path must be a string, got {text!r}")
+        match = _ROOT.match(text)
+        if match is None:
+            raise ValueError(f"path {text!r} must start with row, arg.NAME, self or result")
+        steps: list[str | int] = []
+        position = match.end()
+        while position < len(text):
+            step = _STEP.match(text, position)
+            if step is None:
+                raise ValueError(f"path {text!r}: expected .field or [N] at {text[position:]!r}")
+            name, index = step.groups()
+            if name is not None and name.startswith("__"):
+                raise ValueError(f"path {text!r}: {name!r} is not readable (a name starting with __)")
+            steps.append(name if name is not None else int(index))
+            position = step.end()
+        self.text = text
+        self.root = match.group(1).partition(".")[0]
+        self.argument = match.group(2)
+        self.steps = tuple(steps)
+
+    def read(self, call: Call) -> Any:
+        """The value at this path for one call, or MISSING."""
+        root = self.root
+        if root == "row":
+            value = call.row
+        elif root == "arg":
+            value = call.argument(self.argument)
+        elif root == "self":
+            value = call.instance
+        else:
+            value = call.result
+        for step in self.steps:
+            if value is MISSING or value is None:
+                return MISSING
+            value = _item(value, step) if type(step) is int else _attribute(value, step)  # type: ignore[arg-type]
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FieldPath) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"FieldPath({self.text!r})"
+
+
+def _attribute(value: Any, name: str) -> Any:
+    found = field(value, name)
+    if found is not MISSING or is_a(value, Mapping):
+        return found
+    # A property (a computed reward, say) is not a field: read it when the class defines one.
+    try:
+        if isinstance(inspect.getattr_static(type(value), name, None), property):
+            return getattr(value, name)
+    except Exception:
+        pass
+    return MISSING
+
+
+def _item(value: Any, index: int) -> Any:
+    if not is_a(value, (list, tuple)):
+        return MISSING
+    try:
+        return value[index] if -len(value) <= index < len(value) else MISSING
+    except Exception:
+        return MISSING
+
+
+# ---------------------------------------------------------------------------------------------
+# Attribute rules and failure rules: extractors made from data
+
+
+def _strict_bool(value: Any) -> bool | None:
+    return value if type(value) is bool else None
+
+
+def _plain_value(value: Any) -> Any:
+    """Any other attribute: a scalar or a list of scalars (checked again before it reaches a span)."""
+    if type(value) in (str, bool, int, float):
+        return value
+    if is_a(value, str):
+        return rollout_id_string(value)
+    if is_a(value, (list, tuple)) and all(type(item) in (str, bool, int, float) for item in value):
+        return list(value)
+    return None
+
+
+# The rule of each attribute SPEC names, whichever framework it comes from.
+CONVERSIONS: Mapping[str, Callable[[Any], Any]] = {
+    semconv.TASK_ID: render_task_id,
+    semconv.TASK_INDEX: index_value,
+    semconv.ROLLOUT_REPEAT: index_value,
+    semconv.ROLLOUT_ATTEMPT: index_value,
+    semconv.ROLLOUT_ID: rollout_id_string,
+    semconv.AGENT_NAME: rollout_id_string,
+    semconv.ROLLOUT_REWARD: numeric_reward,
+    semconv.VERIFY_MASKED: _strict_bool,
+    semconv.FAILURE_KIND: rollout_id_string,
+    semconv.FRAMEWORK: rollout_id_string,
+    semconv.ERROR_TYPE: rollout_id_string,
+}
+
+
+@dataclass(frozen=True)
+class AttributeRules:
+    """An extractor from data: each attribute from the first of its paths that has a value."""
+
+    rules: tuple[tuple[str, tuple[FieldPath, ...]], ...]
+    at_start: bool
+
+    @property
+    def __gym_at_start__(self) -> bool:  # read by extract.runs_at_start
+        return self.at_start
+
+    def __call__(self, call: Call) -> dict[str, Any]:
+        attributes: dict[str, Any] = {}
+        for name, paths in self.rules:
+            convert = CONVERSIONS.get(name, _plain_value)
+            for path in paths:
+                value = path.read(call)
+                if value is MISSING or value is None:
+                    continue
+                converted = convert(value)
+                if converted is not None:
+                    attributes[name] = converted
+                    break
+        return attributes
+
+
+@dataclass(frozen=True)
+class FailureRule:
+    """An extractor from data: ``error.type`` when the result says the call failed (see the module)."""
+
+    when: FieldPath
+    equals: Any
+    error_type: tuple[FieldPath, ...]
+
+    __gym_at_start__ = False
+
+    def __call__(self, call: Call) -> dict[str, Any] | None:
+        value = self.when.read(call)
+        if type(value) is not type(self.equals) or value != self.equals:
+            return None
+        for path in self.error_type:
+            kind = rollout_id_string(path.read(call))
+            if kind is not None:
+                return {semconv.ERROR_TYPE: kind}
+        return {semconv.ERROR_TYPE: semconv.ERROR_TYPE_OTHER}
+
+
+@dataclass(frozen=True)
+class _AtStart:
+    """An extractor named in ``start_extractors``: run before the span starts."""
+
+    extractor: Callable[..., Any]
+
+    __gym_at_start__ = True
+
+    def __call__(self, call: Call) -> Any:
+        return self.extractor(call)
+
+
+# ---------------------------------------------------------------------------------------------
+# One target from a mapping
+
+
+def import_object(path: Any) -> Any:
+    """The object ``"package.module:Qualified.name"`` names (its module is imported now)."""
+    if not isinstance(path, str) or not _IMPORT_PATH.match(path.strip()):
+        raise ValueError(f"{path!r}: expected 'package.module:name'")
+    module_name, _, qualname = path.strip().partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except Exception as error:
+        raise ValueError(f"cannot import {path!r}: {type(error).__name__}: {error}") from None
+    return found
+
+
+_GENERIC = RolloutSchema()  # one object: targets read twice from the same form are equal
+
+
+def _schema(name: Any) -> RolloutSchema:
+    if name == "nemo_gym":
+        from gym_instrument.presets.nemo_gym_schema import SCHEMA
+
+        return SCHEMA
+    if name == "generic":
+        return _GENERIC
+    schema = import_object(name)
+    if not isinstance(schema, RolloutSchema):
+        raise ValueError(f"{name!r} is not a RolloutSchema")
+    return schema
+
+
+def _paths(value: Any, allow_result: bool) -> tuple[FieldPath, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f"expected a path or a list of paths, got {value!r}")
+    paths = tuple(FieldPath(item) for item in items)
+    for path in paths:
+        if path.root == "result" and not allow_result:
+            raise ValueError(f"path {path.text!r}: the result is not known when the span starts (use end)")
+    return paths
+
+
+def _rules(value: Any, allow_result: bool) -> AttributeRules:
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError("expected a table of attribute = path(s)")
+    rules = []
+    for attribute, paths in value.items():
+        if not isinstance(attribute, str) or not attribute:
+            raise ValueError(f"attribute name {attribute!r}: expected a non-empty string")
+        try:
+            rules.append((attribute, _paths(paths, allow_result)))
+        except ValueError as error:
+            raise ValueError(f"{attribute!r}: {error}") from None
+    return AttributeRules(tuple(rules), at_start=not allow_result)
+
+
+def _failure(value: Any) -> FailureRule:
+    if not isinstance(value, Mapping):
+        raise ValueError("expected a table with when, equals and error_type")
+    unknown = [key for key in value if key not in FAILURE_KEYS]
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(FAILURE_KEYS)}")
+    if "when" not in value or "equals" not in value:
+        raise ValueError("needs when (a path) and equals (the value that means failed)")
+    equals = value["equals"]
+    if type(equals) not in (str, bool, int, float):
+        raise ValueError(f"equals: expected a string, bool or number, got {equals!r}")
+    try:
+        when = FieldPath(value["when"])
+    except ValueError as error:
+        raise ValueError(f"when: {error}") from None
+    try:
+        error_type = _paths(value["error_type"], True) if "error_type" in value else ()
+    except ValueError as error:
+        raise ValueError(f"error_type: {error}") from None
+    return FailureRule(when, equals, error_type)
+
+
+def _extractors(value: Any, at_start: bool) -> tuple[Callable[..., Any], ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"expected a list of 'package.module:function', got {value!r}")
+    found = []
+    for index, item in enumerate(items):
+        extractor = import_object(item) if isinstance(item, str) else item
+        if not callable(extractor):
+            raise ValueError(f"[{index}] {item!r} is not callable")
+        found.append(_AtStart(extractor) if at_start else extractor)
+    return tuple(found)
+
+
+def _when(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError("expected a table of argument = value")
+    for name, expected in value.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{name!r} is not an argument name")
+        if type(expected) not in (str, bool, int, float):
+            raise ValueError(f"{name}: expected a string, bool or number, got {expected!r}")
+    return dict(value)
+
+
+def _flag(value: Any) -> bool:
+    if type(value) is not bool:
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def target_from_mapping(spec: Any) -> Target:
+    """A :class:`~gym_instrument.Target` from its declarative form (see the module); ValueError otherwise."""
+    from gym_instrument.targets import Target
+
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"target {spec!r}: expected a table with path and role")
+    path = spec.get("path")
+    label = f"target {path!r}" if isinstance(path, str) else "target without a path"
+    unknown = [key for key in spec if key not in TARGET_KEYS]
+    if unknown:
+        raise ValueError(f"{label}: unknown key {unknown[0]!r}; expected one of {', '.join(TARGET_KEYS)}")
+    for required in ("path", "role"):
+        if required not in spec:
+            raise ValueError(f"{label}: {required} is required")
+    readers: dict[str, Callable[[Any], Any]] = {
+        "row": _text,
+        "when": _when,
+        "framework": _text,
+        "schema": _schema,
+        "defaults": _flag,
+        "optional": _flag,
+        "extractors": lambda value: _extractors(value, at_start=False),
+        "start_extractors": lambda value: _extractors(value, at_start=True),
+        "start": lambda value: _rules(value, allow_result=False),
+        "end": lambda value: _rules(value, allow_result=True),
+        "failure": _failure,
+    }
+    read: dict[str, Any] = {}
+    for key, reader in readers.items():
+        if key in spec:
+            try:
+                read[key] = reader(spec[key])
+            except ValueError as error:
+                raise ValueError(f"{label}: {key}: {error}") from None
+    # Declared rules run after the user's named extractors; the failure rule last, so it sees them.
+    extractors = (
+        *read.get("start_extractors", ()),
+        *read.get("extractors", ()),
+        *((read["start"],) if "start" in read else ()),
+        *((read["end"],) if "end" in read else ()),
+        *((read["failure"],) if "failure" in read else ()),
+    )
+    return Target(
+        spec["path"],
+        spec["role"],
+        when=read.get("when"),
+        row_arg=read.get("row"),
+        extractors=extractors,
+        default_extractors=read.get("defaults", True),
+        optional=read.get("optional", False),
+        schema=read.get("schema"),
+        framework=read.get("framework"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Documents: a mapping, a TOML or JSON file, or TOML or JSON text
+
+
+def _toml_loads(text: str) -> Any:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
+        except ModuleNotFoundError:
+            raise ValueError(
+                "reading TOML needs Python 3.11+ (tomllib) or the tomli package (pip install tomli); "
+                "or write the configuration as JSON"
+            ) from None
+    return tomllib.loads(text)
+
+
+def read_document(source: Any) -> Mapping[str, Any]:
+    """The configuration document ``source`` holds: a mapping as it is; text that starts with ``{``
+    (JSON) or ``[`` or spans lines (TOML); else the path of a ``.json`` or TOML file."""
+    if isinstance(source, Mapping):
+        return source
+    if isinstance(source, Path):
+        source = str(source)
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError(f"expected a mapping, a file path or TOML/JSON text, got {source!r}")
+    text = source.strip()
+    try:
+        if text.startswith("{"):
+            document = json.loads(text)
+        elif text.startswith("[") or "\n" in text:
+            document = _toml_loads(text)
+        else:
+            content = Path(text).read_text(encoding="utf-8")
+            document = json.loads(content) if text.endswith(".json") else _toml_loads(content)
+    except ValueError as error:  # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors
+        raise ValueError(f"cannot parse {text[:60]!r}: {error}") from None
+    except OSError as error:
+        raise ValueError(f"cannot read {text!r}: {error.strerror or error}") from None
+    if not isinstance(document, Mapping):
+        raise ValueError("the configuration must be a table (an object) with a targets list")
+    return document
+
+
+def target_entries(source: Any) -> list[Any]:
+    """The target entries of a configuration document (each checked by :func:`target_from_mapping`)."""
+    document = read_document(source)
+    unknown = [key for key in document if key not in DOCUMENT_KEYS]
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(DOCUMENT_KEYS)}")
+    entries = document.get("targets", [])
+    if not isinstance(entries, Sequence) or isinstance(entries, str):
+        raise ValueError("targets: expected a list of tables")
+    return list(entries)
+
+
+def parse_config(source: Any) -> tuple[Target, ...]:
+    """Every target of a configuration document; the first problem raises ValueError."""
+    if isinstance(source, (list, tuple)):
+        return tuple(target for item in source for target in parse_config(item))
+    return tuple(target_from_mapping(entry) for entry in target_entries(source))

@@ -1,0 +1,386 @@
+"""The declarative form (gym_instrument.declare) and the extractor return convention (extract)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.trace import StatusCode
+from pydantic import BaseModel
+
+from gym_instrument import Target, at_start, semconv
+from gym_instrument.config import GymConfig
+from gym_instrument.declare import FieldPath, parse_config, read_document, target_from_mapping
+from gym_instrument.targets import make_plan
+
+# A loop whose failures come back as data, as verifiers' do: no telemetry code.
+LOOP = """
+import asyncio
+from pydantic import BaseModel
+
+
+class Error(BaseModel):
+    kind: str
+
+
+class Episode(BaseModel):
+    id: str
+    ok: bool = True
+    errors: list[Error] = []
+    scores: dict[str, float] = {}
+
+    @property
+    def reward(self):
+        return sum(self.scores.values())
+
+
+seen_baggage = []
+
+
+class Runner:
+    async def run_episode(self, task, episode_id, *, retries=0):
+        from opentelemetry import baggage
+        seen_baggage.append(baggage.get_baggage("nemo.gym.rollout.id"))
+        episode = Episode(id=episode_id, ok=not task.get("fail"))
+        if task.get("fail"):
+            episode.errors.append(Error(kind="ModelDown"))
+        else:
+            await score(episode)
+        return episode
+
+
+async def score(episode):
+    episode.scores["correct"] = 0.5
+    episode.scores["format"] = 0.25
+    return None
+"""
+
+DISPATCH = {
+    "role": "dispatch",
+    "row": "task",
+    "schema": "generic",
+    "framework": "my_loop",
+    "start": {
+        semconv.TASK_ID: ["row.id", "row.name"],
+        semconv.TASK_INDEX: "row.idx",
+        semconv.ROLLOUT_ID: "arg.episode_id",
+    },
+    "failure": {"when": "result.ok", "equals": False, "error_type": "result.errors[-1].kind"},
+}
+VERIFY = {
+    "role": "verify",
+    "row": "episode",
+    "schema": "generic",
+    "framework": "my_loop",
+    "end": {semconv.ROLLOUT_REWARD: "row.reward"},
+}
+
+
+@pytest.fixture
+def loop(make_module: Any) -> Any:
+    return make_module(LOOP)
+
+
+def _run(module: Any, *tasks: dict[str, Any]) -> list[Any]:
+    import asyncio
+
+    async def main() -> list[Any]:
+        return [await module.Runner().run_episode(task, f"ep-{i}") for i, task in enumerate(tasks)]
+
+    return asyncio.run(main())
+
+
+def test_a_declared_target_reads_its_attributes_from_paths(loop: str, instrument: Any, telemetry: Any) -> None:
+    instrument(config={"targets": [{"path": f"{loop}:Runner.run_episode", **DISPATCH}, {"path": f"{loop}:score", **VERIFY}]})
+    module = importlib.import_module(loop)
+    _run(module, {"id": "t-a", "idx": 0}, {"name": "named", "idx": 1}, {"idx": 2})
+    dispatches = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert [dict(span.attributes) for span in dispatches] == [
+        {semconv.FRAMEWORK: "my_loop", semconv.TASK_ID: "t-a", semconv.TASK_INDEX: 0, semconv.ROLLOUT_ID: "ep-0"},
+        {semconv.FRAMEWORK: "my_loop", semconv.TASK_ID: "named", semconv.TASK_INDEX: 1, semconv.ROLLOUT_ID: "ep-1"},
+        {semconv.FRAMEWORK: "my_loop", semconv.TASK_INDEX: 2, semconv.ROLLOUT_ID: "ep-2"},  # neither id nor name
+    ]
+    # A rollout id read at the start is the baggage entry too, so verify below it names its rollout.
+    assert module.seen_baggage == ["ep-0", "ep-1", "ep-2"]
+    verifies = telemetry.spans(semconv.SPAN_VERIFY)
+    assert [(span.attributes[semconv.ROLLOUT_ID], span.attributes[semconv.ROLLOUT_REWARD]) for span in verifies] == [
+        ("ep-0", 0.75),
+        ("ep-1", 0.75),
+        ("ep-2", 0.75),
+    ]
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == 3
+
+
+def test_a_failure_that_comes_back_as_data_marks_the_span_and_counts_as_error(loop: str, instrument: Any, telemetry: Any) -> None:
+    instrument(targets=[{"path": f"{loop}:Runner.run_episode", **DISPATCH}])
+    module = importlib.import_module(loop)
+    episodes = _run(module, {"id": "fine"}, {"id": "broken", "fail": True})
+    assert [episode.ok for episode in episodes] == [True, False]  # the same objects come back
+    fine, broken = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert fine.status.status_code is StatusCode.UNSET and semconv.ERROR_TYPE not in fine.attributes
+    assert broken.status.status_code is StatusCode.ERROR
+    assert broken.status.description == "ModelDown"
+    assert broken.attributes[semconv.ERROR_TYPE] == "ModelDown"
+    outcomes = {point.attributes["outcome"]: point.value for point in telemetry.metric_points(semconv.METRIC_DISPATCHES)}
+    assert outcomes == {"ok": 1, "error": 1}
+
+
+def test_a_failure_without_a_type_is_other(loop: str, instrument: Any, telemetry: Any) -> None:
+    failure = {"when": "result.ok", "equals": False, "error_type": "result.errors[5].kind"}
+    instrument(targets=[{"path": f"{loop}:Runner.run_episode", **DISPATCH, "failure": failure}])
+    _run(importlib.import_module(loop), {"fail": True})
+    (span,) = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert span.attributes[semconv.ERROR_TYPE] == semconv.ERROR_TYPE_OTHER
+
+
+# -- the extractor return convention, for extractors written in Python -----------------------------
+
+
+def test_an_extractor_rollout_id_at_start_is_the_attribute_and_the_baggage(loop: str, instrument: Any, telemetry: Any) -> None:
+    @at_start
+    def episode_id(call: Any) -> dict[str, Any]:
+        return {semconv.ROLLOUT_ID: f"mine-{call.argument('episode_id')}"}
+
+    instrument(targets=[Target(f"{loop}:Runner.run_episode", "dispatch", row_arg="task", extractors=(episode_id,))])
+    module = importlib.import_module(loop)
+    _run(module, {"id": "a"})
+    (span,) = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert span.attributes[semconv.ROLLOUT_ID] == "mine-ep-0"
+    assert module.seen_baggage == ["mine-ep-0"]
+
+
+def test_an_extractor_rollout_id_after_the_call_is_an_attribute_only(loop: str, instrument: Any, telemetry: Any) -> None:
+    def episode_id(call: Any) -> dict[str, Any]:
+        return {semconv.ROLLOUT_ID: call.result.id}
+
+    instrument(targets=[Target(f"{loop}:Runner.run_episode", "dispatch", row_arg="task", extractors=(episode_id,))])
+    module = importlib.import_module(loop)
+    _run(module, {"id": "a"})
+    (span,) = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert span.attributes[semconv.ROLLOUT_ID] == "ep-0"
+    assert module.seen_baggage == [None]  # not known while it ran
+
+
+def test_an_extractor_error_type_declares_the_call_failed(loop: str, instrument: Any, telemetry: Any) -> None:
+    def failed_as_data(call: Any) -> dict[str, Any] | None:
+        return None if call.result.ok else {semconv.ERROR_TYPE: call.result.errors[-1].kind}
+
+    instrument(targets=[Target(f"{loop}:Runner.run_episode", "dispatch", row_arg="task", extractors=(failed_as_data,))])
+    _run(importlib.import_module(loop), {"id": "a"}, {"id": "b", "fail": True})
+    ok, failed = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert (ok.status.status_code, failed.status.status_code) == (StatusCode.UNSET, StatusCode.ERROR)
+    assert failed.attributes[semconv.ERROR_TYPE] == "ModelDown"
+    outcomes = {point.attributes["outcome"]: point.value for point in telemetry.metric_points(semconv.METRIC_DISPATCHES)}
+    assert outcomes == {"ok": 1, "error": 1}
+
+
+def test_a_raised_exception_keeps_its_own_error_type(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    name = make_module("def send(row):\n    raise KeyError(row)\n")
+
+    def says_failed(call: Any) -> dict[str, Any]:
+        return {semconv.ERROR_TYPE: "declared"}
+
+    instrument(targets=[Target(f"{name}:send", "dispatch", extractors=(says_failed,))])
+    module = importlib.import_module(name)
+    with pytest.raises(KeyError):
+        module.send({"task_id": "x"})
+    (span,) = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert span.attributes[semconv.ERROR_TYPE] == "KeyError"
+
+
+def test_targets_that_declare_nothing_pay_nothing_new() -> None:
+    """Decided when wrapping: a plain target makes no Call, runs no rule and names no framework."""
+
+    def send(row: Any) -> Any:
+        return row
+
+    plain = make_plan(send, Target("m:send", "dispatch"))
+    assert (plain.makes_call, plain.start_extractors, plain.end_extractors, plain.framework) == (False, (), (), None)
+    declared = make_plan(send, target_from_mapping({"path": "m:send", **DISPATCH}))
+    assert declared.makes_call and declared.framework == "my_loop"
+    assert len(declared.start_extractors) == 1 and len(declared.end_extractors) == 1
+
+
+# -- paths -------------------------------------------------------------------------------------
+
+
+class _Row(BaseModel):
+    idx: int
+    items: list[int] = [1, 2, 3]
+
+    @property
+    def doubled(self) -> int:
+        return self.idx * 2
+
+
+class _Call:
+    def __init__(self, row: Any = None, result: Any = None, **arguments: Any) -> None:
+        self.row, self.result, self.instance, self._arguments = row, result, None, arguments
+
+    def argument(self, name: str) -> Any:
+        return self._arguments.get(name)
+
+
+@pytest.mark.parametrize(
+    ("path", "call", "expected"),
+    [
+        ("row.idx", _Call(_Row(idx=3)), 3),
+        ("row.doubled", _Call(_Row(idx=3)), 6),  # a property, as verifiers' Trace.reward
+        ("row.items[-1]", _Call(_Row(idx=3)), 3),
+        ("row.items[3]", _Call(_Row(idx=3)), "MISSING"),
+        ("row.nothing.deeper", _Call(_Row(idx=3)), "MISSING"),
+        ("result.a[0].b", _Call(result={"a": [{"b": "x"}]}), "x"),
+        ("arg.task.id", _Call(task={"id": "t"}), "t"),
+        ("row.items[0]", _Call({"items": "abc"}), "MISSING"),  # a string is not a list here
+    ],
+)
+def test_a_path_reads_fields_items_and_properties(path: str, call: Any, expected: Any) -> None:
+    value = FieldPath(path).read(call)
+    assert (repr(value) if expected == "MISSING" else value) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("task.id", "must start with row, arg.NAME, self or result"),
+        ("row.__class__", "is not readable"),
+        ("row.a[x]", r"expected .field or \[N\]"),
+        ("row..a", r"expected .field or \[N\]"),
+        ("arg", "must start with"),
+    ],
+)
+def test_a_bad_path_is_refused(path: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FieldPath(path)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"role": "dispatch"}, "target without a path: path is required"),
+        ({"path": "m:f", "role": "judge"}, "unknown role 'judge'"),
+        ({"path": "m:f", "role": "dispatch", "rows": "x"}, "target 'm:f': unknown key 'rows'"),
+        ({"path": "m:f", "role": "dispatch", "start": {semconv.ROLLOUT_ID: "result.id"}}, "start: 'nemo.gym.rollout.id'"),
+        ({"path": "m:f", "role": "dispatch", "end": {"a": 3}}, "end: 'a': expected a path"),
+        ({"path": "m:f", "role": "dispatch", "failure": {"when": "result.ok"}}, "failure: needs when"),
+        ({"path": "m:f", "role": "dispatch", "failure": {"when": "result.ok", "equals": [1]}}, "failure: equals"),
+        ({"path": "m:f", "role": "dispatch", "when": {"url": ["x"]}}, "when: url"),
+        ({"path": "m:f", "role": "dispatch", "extractors": ["no_such_module_x:f"]}, "extractors: cannot import"),
+        ({"path": "m:f", "role": "dispatch", "schema": "gym_instrument.semconv:TASK_ID"}, "schema: .* is not a RolloutSchema"),
+        ({"path": "m:f", "role": "dispatch", "defaults": "no"}, "defaults: expected true or false"),
+    ],
+)
+def test_a_bad_entry_raises_naming_the_target_and_key(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        target_from_mapping(entry)
+
+
+def test_extractors_by_import_path(make_module: Any) -> None:
+    name = make_module("def tag(call):\n    return {'my.tag': 1}\n")
+    target = target_from_mapping(
+        {"path": "m:f", "role": "verify", "extractors": [f"{name}:tag"], "start_extractors": [f"{name}:tag"]}
+    )
+    plan = make_plan(lambda body: body, target)
+    assert len(plan.start_extractors) == 1 and len(plan.end_extractors) == 1
+
+
+# -- documents: code, environment, file ----------------------------------------------------------
+
+TOML = """
+[[targets]]
+path = "my_loop.run:Runner.run_episode"
+role = "dispatch"
+row = "task"
+start = { "nemo.gym.task.index" = "row.idx" }
+failure = { when = "result.ok", equals = false, error_type = ["result.errors[-1].type"] }
+"""
+
+
+def test_one_form_from_code_file_and_text(tmp_path: Path) -> None:
+    toml_file = tmp_path / "gym.toml"
+    toml_file.write_text(TOML)
+    from_toml = parse_config(str(toml_file))
+    from_text = parse_config(TOML)
+    document = read_document(TOML)
+    json_file = tmp_path / "gym.json"
+    json_file.write_text(json.dumps(document))
+    from_json = parse_config(str(json_file))
+    from_code = parse_config(dict(document))
+    assert from_toml == from_text == from_json == from_code
+    (target,) = from_code
+    assert (target.path, target.role, target.row_arg) == ("my_loop.run:Runner.run_episode", "dispatch", "task")
+
+
+def test_the_environment_logs_a_bad_entry_by_variable_and_key_and_applies_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    text = TOML + '\n[[targets]]\npath = "my_loop.run:score"\nrole = "verify"\nend = { "nemo.gym.rollout.reward" = "score" }\n'
+    with caplog.at_level(logging.ERROR, logger="gym_instrument"):
+        config = GymConfig.resolve({}, environ={"OTEL_PYTHON_GYM_CONFIG": text})
+    assert [target.path for target in config.config] == ["my_loop.run:Runner.run_episode"]
+    (record,) = caplog.records
+    assert "OTEL_PYTHON_GYM_CONFIG" in record.getMessage()
+    assert "target 'my_loop.run:score': end: 'nemo.gym.rollout.reward': path 'score'" in record.getMessage()
+    # The same entry in code: the same message, as a ValueError.
+    with pytest.raises(ValueError, match=r"target 'my_loop.run:score': end: 'nemo.gym.rollout.reward': path 'score'"):
+        GymConfig.resolve({"config": text})
+
+
+def test_an_unreadable_config_is_logged_and_the_application_runs(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    with caplog.at_level(logging.ERROR, logger="gym_instrument"):
+        config = GymConfig.resolve({}, environ={"OTEL_PYTHON_GYM_CONFIG": str(tmp_path / "missing.toml")})
+    assert config.config == ()
+    assert "OTEL_PYTHON_GYM_CONFIG" in caplog.text and "cannot read" in caplog.text
+    with pytest.raises(ValueError, match="cannot parse"):
+        GymConfig.resolve({"config": "[[targets]\npath="})
+
+
+def test_without_tomllib_toml_asks_for_tomli_and_json_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.10 has no tomllib: TOML then needs tomli, with a clear message; JSON needs nothing."""
+    monkeypatch.setitem(sys.modules, "tomllib", None)
+    monkeypatch.setitem(sys.modules, "tomli", None)
+    with pytest.raises(ValueError, match=r"Python 3.11\+ \(tomllib\) or the tomli package"):
+        parse_config(TOML)
+    assert len(parse_config(json.dumps(_TOML_AS_DICT))) == 1
+
+
+_TOML_AS_DICT = {
+    "targets": [
+        {
+            "path": "my_loop.run:Runner.run_episode",
+            "role": "dispatch",
+            "row": "task",
+            "start": {"nemo.gym.task.index": "row.idx"},
+        }
+    ]
+}
+
+
+def test_a_mapping_is_a_target_wherever_targets_are_given() -> None:
+    config = GymConfig.resolve({"targets": [{"path": "a.b:f", "role": "verify"}, "a.b:g=dispatch"]})
+    assert [str(target) for target in config.targets] == ["a.b:f=verify", "a.b:g=dispatch"]
+
+
+def test_a_target_with_a_condition_is_hashable() -> None:
+    """A second instrument() puts targets in sets: a ``when`` dict must not break that."""
+    target = Target("a.b:f", "dispatch", when={"url_path": "/run"})
+    assert target in {target} and len({target, Target("a.b:f", "dispatch", when={"url_path": "/run"})}) == 1
+
+
+def test_the_verify_role_takes_no_baggage_from_a_start_extractor(loop: str, instrument: Any, telemetry: Any) -> None:
+    """An extracted rollout id names a verify span; only a dispatch puts it into baggage."""
+
+    @at_start
+    def named(call: Any) -> dict[str, Any]:
+        return {semconv.ROLLOUT_ID: "verify-own"}
+
+    instrument(targets=[Target(f"{loop}:score", "verify", extractors=(named,))])
+    module = importlib.import_module(loop)
+    import asyncio
+
+    asyncio.run(module.score(module.Episode(id="e")))
+    (span,) = telemetry.spans(semconv.SPAN_VERIFY)
+    assert span.attributes[semconv.ROLLOUT_ID] == "verify-own"
