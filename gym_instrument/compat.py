@@ -160,11 +160,6 @@ def suppressed(current: Context) -> bool:
     return False
 
 
-def global_provider_unset() -> bool:
-    """True when no global tracer provider is set yet, known cheaply; False when set or unknown."""
-    return PROVIDER_ATTRIBUTE is not None and getattr(trace, PROVIDER_ATTRIBUTE, trace) is None
-
-
 def span_of(current: Context) -> Span | None:
     """The span kept in ``current`` (None: no span)."""
     if CONTEXT_KEYS is not None:

@@ -21,7 +21,7 @@ from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.trace import Span, Status, StatusCode
 
 from gym_instrument import semconv
-from gym_instrument.compat import global_provider_unset, span_of
+from gym_instrument.compat import PROVIDER_ATTRIBUTE, span_of
 from gym_instrument.version import __version__
 
 _LOG = logging.getLogger("gym_instrument")
@@ -205,7 +205,12 @@ class Recorder:
         tracer = self.cached_tracer
         if tracer is not None:
             return tracer
-        if self._tracer_provider is None and not self._provider_from_environment and global_provider_unset():
+        if (
+            self._tracer_provider is None
+            and not self._provider_from_environment
+            and PROVIDER_ATTRIBUTE is not None  # the API's global-provider attribute, probed in compat
+            and getattr(trace, PROVIDER_ATTRIBUTE, trace) is None
+        ):
             # No global provider is set yet: known without get_tracer_provider(), which reads
             # os.environ on every call until one is set (most of a call's cost with no SDK).
             return None
