@@ -912,10 +912,10 @@ def run(options: argparse.Namespace) -> int:
                     time.sleep(0.5)
                 collection = collect(config, f"round-{number}", number, tasks_path, workload, markers)
                 if profile_dir is not None:
-                    (profile_dir / name / "stop").touch()
+                    (profile_dir / name / "stop").touch()  # each server writes <pid>.pstat, then <pid>.json
                     wait_for(
                         f"{name}: the servers' profiles",
-                        lambda d=profile_dir / name: len(list(d.glob("*.pstat"))) >= EXPECTED_SERVERS,
+                        lambda d=profile_dir / name: len(list(d.glob("*.json"))) >= EXPECTED_SERVERS,
                         60,
                     )
                     profiles.append(read_profiles(profile_dir / name, name, collection.rollouts))
