@@ -83,7 +83,8 @@ def _load_e2e_run() -> Any:
 e2e_run = _load_e2e_run()
 
 RELEASE = next(release for release in RELEASES if release.version == "0.7.0")
-WORK = REPO / ".e2e-work" / "bench-e2e"
+WORK_ROOT = REPO / ".e2e-work" / "bench-e2e"
+WORK = WORK_ROOT / "timed"  # run() points it at WORK_ROOT / "profile" for --profile
 CONFIGURATIONS = ("none", "contrib", "full")
 # What the mcqa collection needs: its resources server, agent and environment server, and the model server.
 GYM_CONFIGS = ("resources_servers/mcqa/configs/mcqa.yaml", "responses_api_models/openai_model/configs/openai_model.yaml")
@@ -407,6 +408,11 @@ class Collection:
     def cpu_total(self) -> float:
         return sum(self.cpu.values())
 
+    @property
+    def cpu_without_receiver(self) -> float:
+        """What the user's own machines spend: the receiver stands for their tracing backend."""
+        return self.cpu_total - self.cpu.get("receiver", 0.0)
+
 
 def wait_reaped(process: subprocess.Popen[bytes], timeout: float) -> tuple[int, float]:
     """Wait for the process; its exit status and CPU seconds (its own and its reaped children's)."""
@@ -554,6 +560,8 @@ class Profile:
     by_server: dict[str, float]  # CPU ms per rollout, all functions' own time
     by_category: dict[str, float]  # CPU ms per rollout, all servers
     package_entries: dict[str, float]  # inclusive CPU ms per rollout of calls from the package into OpenTelemetry
+    # The package's functions: (own CPU ms, inclusive CPU ms, calls) per rollout, largest own time first.
+    package_functions: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     gc_collections: list[int] = field(default_factory=lambda: [0, 0, 0])  # all servers, per generation
     gc_ms: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # CPU ms per rollout, per generation
 
@@ -562,6 +570,9 @@ def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
     by_server: Counter[str] = Counter()
     by_category: Counter[str] = Counter()
     entries: Counter[str] = Counter()
+    package_own: Counter[str] = Counter()
+    package_inclusive: Counter[str] = Counter()
+    package_calls: Counter[str] = Counter()
     gc_collections, gc_seconds = [0, 0, 0], [0.0, 0.0, 0.0]
     for meta_path in sorted(folder.glob("*.json")):
         meta = json.loads(meta_path.read_text())
@@ -573,10 +584,15 @@ def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
             continue
         server = Path(meta["cwd"]).name
         raw = pstats.Stats(str(stats_path)).stats  # type: ignore[attr-defined]
-        for (filename, _line, function), (_cc, _nc, own, _cumulative, callers) in raw.items():
+        for (filename, _line, function), (_cc, calls, own, cumulative, callers) in raw.items():
             category = category_of(filename)
             by_server[server] += own
             by_category[category] += own
+            if "/gym_instrument/" in filename:
+                name = f"{Path(filename).name}:{function}"
+                package_own[name] += own
+                package_inclusive[name] += cumulative
+                package_calls[name] += calls
             if category.startswith(("gym_instrument", "wrapt")):
                 continue
             if "/opentelemetry/" not in filename:
@@ -591,6 +607,10 @@ def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
         {k: v * scale for k, v in by_server.items()},
         {k: v * scale for k, v in by_category.items()},
         {k: v * scale for k, v in entries.most_common(12)},
+        {
+            name: (own * scale, package_inclusive[name] * scale, package_calls[name] / max(rollouts, 1))
+            for name, own in package_own.most_common(15)
+        },
         gc_collections,
         [seconds * scale for seconds in gc_seconds],
     )
@@ -632,7 +652,12 @@ def ratios(collections: list[Collection], numerator: str, denominator: str, what
     for pair in by_round.values():
         if numerator in pair and denominator in pair:
             top, bottom = pair[numerator], pair[denominator]
-            values.append(top.wall / bottom.wall if what == "wall" else top.cpu_total / bottom.cpu_total)
+            if what == "wall":
+                values.append(top.wall / bottom.wall)
+            elif what == "cpu":
+                values.append(top.cpu_total / bottom.cpu_total)
+            else:
+                values.append(top.cpu_without_receiver / bottom.cpu_without_receiver)
     return values
 
 
@@ -727,7 +752,19 @@ def report(
             f"| {name} | {what[name]} | {wall:.2f} s | {cpu:.2f} s | {ratio} | {wall_spread} | {cpu_spread} | "
             f"{per_rollout:.1f} | {others:.2f} |"
         )
+    without = [
+        f"{name} / {previous[name]} {' / '.join(f'{v:.3f}' for v in spread(ratios(collections, name, previous[name], 'gym')))}"
+        for name in CONFIGURATIONS
+        if name in previous and any(c.configuration == name for c in collections)
+    ]
+    if without:
+        lines += [
+            "",
+            "CPU of all processes but the receiver (it stands for your tracing backend, which runs elsewhere), "
+            "min / median / max: " + "; ".join(without) + ".",
+        ]
     lines += ["", *cpu_table(collections), "", *span_table(collections, spans), ""]
+    lines += [*share_lines(collections, spans), ""]
     lines += outcome_lines(collections)
     if profiles:
         lines += ["", *profile_lines(profiles)]
@@ -785,6 +822,41 @@ def outcome_lines(collections: list[Collection]) -> list[str]:
     ]
 
 
+def share_lines(collections: list[Collection], spans: dict[str, Counter[str]]) -> list[str]:
+    """Where full's extra CPU goes, and what its extra spans cost at contrib's price per span."""
+
+    def median_ms(name: str, pick: Any) -> float:
+        return statistics.median(pick(c) * 1000 / c.rollouts for c in collections if c.configuration == name)
+
+    if not all(any(c.configuration == n for c in collections) for n in CONFIGURATIONS):
+        return []
+    total = median_ms("full", lambda c: c.cpu_total) - median_ms("contrib", lambda c: c.cpu_total)
+    contrib_total = median_ms("contrib", lambda c: c.cpu_total)
+    servers = sum(
+        median_ms("full", lambda c, g=group: c.cpu.get(g, 0.0)) - median_ms("contrib", lambda c, g=group: c.cpu.get(g, 0.0))
+        for group in sorted({g for c in collections for g in c.cpu if g.startswith("server ")})
+    )
+
+    def part(group: str) -> float:
+        return median_ms("full", lambda c: c.cpu.get(group, 0.0)) - median_ms("contrib", lambda c: c.cpu.get(group, 0.0))
+
+    rollouts = {n: sum(c.rollouts for c in collections if c.configuration == n) for n in CONFIGURATIONS}
+    per_rollout = {n: sum(spans.get(n, Counter()).values()) / max(rollouts[n], 1) for n in ("contrib", "full")}
+    tracing = contrib_total - median_ms("none", lambda c: c.cpu_total)
+    per_span = tracing / per_rollout["contrib"] if per_rollout["contrib"] else 0.0
+    extra_spans = per_rollout["full"] - per_rollout["contrib"]
+    return [
+        f"**The package's share**, full - contrib per rollout (medians): {total:.2f} ms of CPU, {total / contrib_total:.1%} "
+        f"of contrib's {contrib_total:.2f} ms: the Gym servers {servers:+.2f}, the collector {part('collector'):+.2f}, "
+        f"the receiver {part('receiver'):+.2f}, Ray {part('Ray'):+.2f}. contrib's tracing costs {tracing:.2f} ms per rollout "
+        f"over none for {per_rollout['contrib']:.1f} spans, {per_span:.3f} ms a span across all processes (made, exported, "
+        f"received); full's {extra_spans:.1f} more spans at that price are {extra_spans * per_span:.2f} ms, "
+        f"{extra_spans * per_span / contrib_total:.1%} of contrib, and the rest, {total - extra_spans * per_span:+.2f} ms, is "
+        "what the package does besides making spans (request isolation, baggage on every hop, counters, the dispatch "
+        "memory)."
+    ]
+
+
 def profile_lines(profiles: list[Profile]) -> list[str]:
     by_name = {p.configuration: p for p in profiles}
     categories = [c for c, _ in CATEGORIES] + [OTHER]
@@ -826,6 +898,31 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
             + " | ".join(f"{by_name[n].gc_collections[generation]}; {cells_ms[n]:.3f}" for n in names)
             + f" | {difference} |"
         )
+    full_total = sum(by_name["full"].by_category.values()) if "full" in by_name else 0.0
+    contrib_total = sum(by_name["contrib"].by_category.values()) if "contrib" in by_name else 0.0
+    if "full" in by_name and "contrib" in by_name and full_total != contrib_total:
+        full, contrib = by_name["full"].by_category, by_name["contrib"].by_category
+        total = full_total - contrib_total
+
+        def diff(*prefixes: str) -> float:
+            return sum(full.get(c, 0.0) - contrib.get(c, 0.0) for c in categories if c.startswith(prefixes))
+
+        own = diff("gym_instrument", "wrapt")
+        propagation = diff("propagation")
+        spans = diff("SDK span", "export", "attribute", "context", "OpenTelemetry API", "FastAPI", "aiohttp")
+        metrics = diff("SDK metrics")
+        rest = total - own - propagation - spans - metrics
+        lines += [
+            "",
+            f"**Breakdown of the servers' share** (yappi ms per rollout, full - contrib = {total:+.3f}): the package's own "
+            f"code {own:+.3f} ({own / total:.0%}: per request the `isolate` wrapper around uvicorn's `run_asgi` and the "
+            "`ServerClient.post` condition check, per rollout the verify wrapper; table below); baggage propagation "
+            f"{propagation:+.3f} ({propagation / total:.0%}: OpenTelemetry's W3C baggage propagator parsing the "
+            "`nemo.gym.rollout.id` entry on every incoming request and encoding it on every outgoing one, which contrib's "
+            f"requests do not carry); the verify span made, cleaned, processed and exported {spans:+.3f} "
+            f"({spans / total:.0%}); the reward counter {metrics:+.3f}; the rest, in the servers' own code (GC pauses and "
+            f"scheduling land there, and vary by a few tenths between runs), {rest:+.3f}.",
+        ]
     servers = sorted({s for p in profiles for s in p.by_server})
     lines += [
         "",
@@ -836,6 +933,19 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
         cells = {n: by_name[n].by_server.get(server, 0.0) for n in names}
         difference = f"{cells['full'] - cells['contrib']:+.3f}" if "full" in cells and "contrib" in cells else ""
         lines.append(f"| {server} | " + " | ".join(f"{cells[n]:.3f}" for n in names) + f" | {difference} |")
+    if "full" in by_name and by_name["full"].package_functions:
+        lines += [
+            "",
+            "The package's own functions in the servers, `full` (ms per rollout; inclusive time of a wrapper includes the "
+            "wrapped call's):",
+            "",
+            "| function | own | inclusive | calls per rollout |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| `{name}` | {own:.3f} | {inclusive:.3f} | {calls:.1f} |"
+            for name, (own, inclusive, calls) in by_name["full"].package_functions.items()
+        ]
     if "full" in by_name and by_name["full"].package_entries:
         lines += ["", "Calls from the package into OpenTelemetry, `full` (inclusive ms per rollout, largest first):", ""]
         lines += [f"- `{edge}`: {ms:.3f}" for edge, ms in by_name["full"].package_entries.items()]
@@ -856,6 +966,8 @@ def _stop_on_signal(signum: int, frame: object) -> None:
 
 
 def run(options: argparse.Namespace) -> int:
+    global WORK
+    WORK = WORK_ROOT / ("profile" if options.profile else "timed")
     workload = QUICK if options.quick else FULL
     workload = Workload(
         tasks=options.tasks or workload.tasks,
@@ -955,6 +1067,8 @@ def run(options: argparse.Namespace) -> int:
             WHOLE_RUN.write(options.output, text)
         log(f"written to {options.output}")
     (WORK / "RESULTS.md").write_text(text)
+    raw = [{**vars(c), "cpu": dict(c.cpu), "verdicts": dict(c.verdicts), "outcomes": None} for c in collections]
+    (WORK / "collections.json").write_text(json.dumps(raw, indent=1))
     return 0
 
 

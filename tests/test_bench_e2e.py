@@ -178,3 +178,32 @@ def test_the_harness_refuses_a_busy_machine_without_force(tmp_path: Path) -> Non
     )
     assert completed.returncode == 2, completed.stdout + completed.stderr
     assert "REFUSED" in completed.stdout and "--force" in completed.stdout
+
+
+def test_the_report_has_ratios_shares_spans_and_the_profile_breakdown(whole_run: ModuleType) -> None:
+    collections = []
+    for number in (1, 2):
+        for name, wall, servers in (("none", 5.0, 2.0), ("contrib", 7.0, 4.0), ("full", 7.2 + number / 10, 4.2)):
+            cpu = Counter({"collector": 4.0, "server mcqa": servers, "receiver": 0.0 if name == "none" else 1.0})
+            outcome = {0: [0.0, 1.0]}
+            collections.append(whole_run.Collection(name, number, 400, wall, cpu, 0.01, outcome, Counter({"healthy": 400})))
+    spans = {"contrib": Counter({"POST /run": 800 * 43}), "full": Counter({"POST /run": 800 * 43, "gym.verify": 800 * 3})}
+    categories = {category: 1.0 for category, _ in whole_run.CATEGORIES}
+    profiles = [
+        whole_run.Profile("contrib", 400, {"mcqa": 10.0}, dict(categories), {}),
+        whole_run.Profile(
+            "full",
+            400,
+            {"mcqa": 11.0},
+            {**categories, "gym_instrument (the package's own code)": 1.5, "propagation (baggage, W3C trace context)": 1.4},
+            {"roles.py:open_span -> sdk:start_span": 0.1},
+            {"plan.py:wrapper": (0.1, 1.0, 12.0)},
+        ),
+    ]
+    text = whole_run.report(whole_run.FULL, collections, spans, ["- Machine: test"], False, False, 60.0, profiles)
+    assert "| full | " in text and "full / contrib" in text and "contrib / none" in text
+    assert "1.043 / 1.050 / 1.057" in text  # full / contrib wall, min / median / max of 7.3/7 and 7.4/7
+    assert "**The package's share**" in text and "3.0 more spans" in text
+    assert "| `gym.verify` | 0.00 | 3.00 |" in text
+    assert "**Breakdown of the servers' share**" in text and "`plan.py:wrapper`" in text
+    assert "Measured on a busy machine" not in text
