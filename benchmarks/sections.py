@@ -31,12 +31,19 @@ class Section:
             return None
         return text[text.index(self.begin) : text.index(self.end) + len(self.end)]
 
-    def write(self, path: Path, body: str) -> None:
-        """Put ``body`` between the markers in the file at ``path``, replacing what was there (or appending)."""
+    def write(self, path: Path, body: str, before: Section | None = None) -> None:
+        """Put ``body`` between the markers in the file at ``path``, replacing what was there; a new section goes
+        just before the ``before`` section when the file has it, else at the end."""
         section = f"{self.begin}\n{body.rstrip()}\n{self.end}"
         text = path.read_text() if path.exists() else ""
         old = self.of(text)
-        path.write_text(text.replace(old, section) if old else text.rstrip() + "\n\n" + section + "\n")
+        if old:
+            text = text.replace(old, section)
+        elif before is not None and before.begin in text:
+            text = text.replace(before.begin, section + "\n\n" + before.begin, 1)
+        else:
+            text = text.rstrip() + "\n\n" + section + "\n"
+        path.write_text(text)
 
 
 REPORT_MEMORY = Section("report_memory", "benchmarks/report_memory.py")

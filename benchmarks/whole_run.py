@@ -1064,7 +1064,7 @@ def run(options: argparse.Namespace) -> int:
         if options.profile:
             WHOLE_RUN_PROFILE.write(options.output, "\n".join([*profile_lines(profiles), "", *header]))
         else:
-            WHOLE_RUN.write(options.output, text)
+            WHOLE_RUN.write(options.output, text, before=WHOLE_RUN_PROFILE)
         log(f"written to {options.output}")
     (WORK / "RESULTS.md").write_text(text)
     raw = [{**vars(c), "cpu": dict(c.cpu), "verdicts": dict(c.verdicts), "outcomes": None} for c in collections]

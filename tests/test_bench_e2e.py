@@ -158,8 +158,16 @@ def test_make_bench_keeps_the_whole_run_sections(tmp_path: Path) -> None:
     sections.WHOLE_RUN.write(results, "## A whole real run\n\nfirst")
     sections.WHOLE_RUN.write(results, "## A whole real run\n\nsecond")
     sections.WHOLE_RUN_PROFILE.write(results, "### profile")
+    sections.WHOLE_RUN.write(results, "## A whole real run\n\nthird", before=sections.WHOLE_RUN_PROFILE)
     text = results.read_text()
-    assert text.count(sections.WHOLE_RUN.begin) == 1 and "second" in text and "first" not in text
+    assert text.count(sections.WHOLE_RUN.begin) == 1 and "third" in text and "second" not in text
+    assert text.index(sections.WHOLE_RUN.end) < text.index(sections.WHOLE_RUN_PROFILE.begin)
+
+    fresh = tmp_path / "FRESH.md"
+    fresh.write_text("# Benchmarks\n")
+    sections.WHOLE_RUN_PROFILE.write(fresh, "### profile")
+    sections.WHOLE_RUN.write(fresh, "## timed", before=sections.WHOLE_RUN_PROFILE)
+    assert fresh.read_text().index("## timed") < fresh.read_text().index("### profile")
 
     regenerated = sections.keep(results, "# Benchmarks\n\nnew micro table\n")
     assert "new micro table" in regenerated and "old micro table" not in regenerated
