@@ -980,6 +980,11 @@ def run(options: argparse.Namespace) -> int:
         workload = Workload(workload.tasks, workload.repeats, workload.concurrency, rounds=1, warmup=workload.warmup)
     busy_at_start = others_cores()
     log(f"other processes use {busy_at_start:.2f} cores now (load average {os.getloadavg()[0]:.2f})")
+    deadline = time.monotonic() + options.wait
+    while busy_at_start > options.max_busy and not options.force and time.monotonic() < deadline:
+        time.sleep(10)
+        busy_at_start = others_cores()
+        log(f"waiting for a quiet machine (--wait): other processes use {busy_at_start:.2f} cores")
     busy = busy_at_start > options.max_busy
     if busy and not options.force:
         log(
@@ -1082,6 +1087,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="one untimed collection each first")
     parser.add_argument("--configurations", default=",".join(CONFIGURATIONS), help="comma-separated subset of none,contrib,full")
     parser.add_argument("--profile", action="store_true", help="yappi in every Gym server for one round; adds the breakdown")
+    parser.add_argument("--wait", type=float, default=0, help="seconds to wait for a quiet machine before refusing (default 0)")
     parser.add_argument("--force", action="store_true", help="run even when the machine is busy (the results say so)")
     parser.add_argument(
         "--max-busy", type=float, default=0.25, help="other processes' CPU, in cores, above which the machine is busy"
