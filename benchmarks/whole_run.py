@@ -96,7 +96,10 @@ SERVER_DIRS = (
 )
 EXPECTED_SERVERS = 4
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-SETTLE_SECONDS = 1.0  # after the collector exits: the servers' last spans leave their batch processors
+# After the collector exits, before the CPU is read: each server's batch span processor sends its last
+# (short of a full batch) spans only after its schedule delay, 5 s by default; the same wait for every
+# configuration, so that export and its receipt are inside the window.
+SETTLE_SECONDS = 5.5
 TIMEOUT_SERVERS_READY = 300
 TIMEOUT_COLLECTION = 900
 BUSY_SAMPLE_SECONDS = 3.0
