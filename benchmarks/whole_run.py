@@ -714,7 +714,8 @@ def report(
         "scripted model on 127.0.0.1; each configuration with its own servers, receiver and model; "
         f"{'no warm-up, ' if not workload.warmup else 'one untimed warm-up each, '}{workload.rounds} round(s), the order "
         "rotating. Ratios are taken within a round; min / median / max over rounds. CPU is every process of the "
-        "configuration (collector, servers, Ray, model, receiver), from `/proc` and `wait4`.",
+        "configuration (collector, servers, Ray, model, receiver), from `/proc` and `wait4`, read "
+        f"{SETTLE_SECONDS:g} s after the collector exits (the servers' batch span processors send their last spans).",
         "",
     ]
     if quick:
