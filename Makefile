@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo bench fuzz e2e e2e-nemo-gym e2e-verifiers lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
+.PHONY: venv test demo bench bench-e2e bench-e2e-smoke bench-e2e-profile fuzz e2e e2e-nemo-gym e2e-verifiers lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,19 @@ clean:
 
 bench: venv
 	$(BIN)/python benchmarks/run.py
+
+# A whole real NeMo Gym 0.7.0 run three ways (none / contrib / full), in e2e's venv; not part of `make test`.
+# It waits up to 10 minutes for a quiet machine, then refuses: BENCH_E2E_ARGS=--force runs anyway (and says so).
+bench-e2e:
+	$(PYTHON) benchmarks/whole_run.py --wait 600 $(BENCH_E2E_ARGS)
+
+# The same harness at tiny sizes, busy machine or not: proves it runs, writes nothing into RESULTS.md.
+bench-e2e-smoke:
+	$(PYTHON) benchmarks/whole_run.py --quick --force --no-output
+
+# yappi in every Gym server for one collection per configuration: where the servers' CPU goes.
+bench-e2e-profile:
+	$(PYTHON) benchmarks/whole_run.py --profile $(BENCH_E2E_ARGS)
 
 fuzz: venv
 	GYM_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/reliability -k property

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sections import REPORT_MEMORY  # benchmarks/ is the script's directory, first on sys.path
+
 BATCH = 512
 FULL = [(100_000, 6_250), (1_000_000, 62_500), (1_000_000, 1_000)]  # (rollouts, tasks)
 QUICK = [(2_000, 125), (4_000, 125)]
@@ -142,29 +144,6 @@ def measure(rollouts: int, tasks: int, folder: Path) -> dict[str, object]:
     return {"rollouts": rollouts, "tasks": tasks, "bytes": size, "seconds": elapsed, "peak_mib": peak_kib / 1024}
 
 
-BEGIN, END = "<!-- report_memory: written by benchmarks/report_memory.py -->", "<!-- /report_memory -->"
-
-
-def section_of(text: str) -> str | None:
-    """This benchmark's section of a RESULTS.md text, markers included; None when it has none."""
-    if BEGIN not in text or END not in text:
-        return None
-    return text[text.index(BEGIN) : text.index(END) + len(END)]
-
-
-def keep_section(path: Path, text: str) -> str:
-    """``text`` (a new RESULTS.md) with the section this benchmark wrote into the file at ``path`` kept."""
-    old = section_of(path.read_text()) if path.exists() else None
-    return text if old is None or BEGIN in text else text.rstrip() + "\n\n" + old + "\n"
-
-
-def write_section(path: Path, body: str) -> None:
-    section = f"{BEGIN}\n{body.rstrip()}\n{END}"
-    text = path.read_text() if path.exists() else ""
-    old = section_of(text)
-    path.write_text(text.replace(old, section) if old else text.rstrip() + "\n\n" + section + "\n")
-
-
 HEADER = [
     "## gym-instrument report on a million rollouts",
     "",
@@ -205,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             f" | {row['peak_mib']:.0f} MiB | {row['seconds']:.0f} s | {rollouts / float(row['seconds']):,.0f} |"  # type: ignore[arg-type]
         )
     body = "\n".join([*HEADER, *lines, "", *ABOUT])
-    write_section(options.output, body)
+    REPORT_MEMORY.write(options.output, body)
     print(body)
     print(f"written to {options.output}")
     return 0

@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 import cases  # benchmarks/ is the script's directory, first on sys.path
-import report_memory
+import sections
 from cases import FULL, QUICK, Row
 
 HERE = Path(__file__).resolve().parent
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(cases.CASES[name](sizes))
         print(f"{time.perf_counter() - case_started:.1f} s", flush=True)
     text = report(rows, options.quick, time.perf_counter() - started, header)
-    text = report_memory.keep_section(options.output, text)  # its own section: python benchmarks/report_memory.py
+    text = sections.keep(options.output, text)  # report_memory.py's and whole_run.py's sections, as they were
     options.output.write_text(text)
     print()
     print(text)

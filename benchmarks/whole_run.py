@@ -1,0 +1,1127 @@
+"""What a whole real run costs (issue 14): ``make bench-e2e`` runs real NeMo Gym 0.7.0 collections three ways.
+
+    python3 benchmarks/whole_run.py                 # 100 tasks x 4 repeats, concurrency 64, 5 rounds
+    python3 benchmarks/whole_run.py --quick         # 4 tasks x 2, 1 round: proves the harness runs
+    python3 benchmarks/whole_run.py --profile       # yappi in every Gym server for one round per configuration
+    python3 benchmarks/whole_run.py --force         # run on a busy machine (the results say so)
+
+The three configurations, each with its own receiver, scripted model and ``gym env start`` (its own
+servers and Ray cluster), all started before the first round and kept for the whole run:
+
+- ``none``: plain ``gym``, no launcher;
+- ``contrib``: ``opentelemetry-instrument`` with this package disabled
+  (``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym``): the FastAPI and aiohttp-client spans;
+- ``full``: ``opentelemetry-instrument`` with this package's default preset.
+
+Per configuration one untimed warm-up collection, then rounds in which every configuration
+collects once, the order rotating each round. Per collection: the collector's wall time (start to
+exit of ``gym eval run --no-serve``) and the CPU time of every process of the configuration (the
+collector from ``wait4``; the servers, Ray's processes, the model and the receiver from
+``/proc/<pid>/stat``, utime + stime + reaped children's, after minus before), and the spans the
+receiver got per rollout, by name. Ratios are taken within a round (contrib / none, full / contrib)
+and the table gives their min / median / max over rounds. Every configuration must write the same
+rows with the same rewards per task in the same round (the scripted model's answers depend only on
+how often it has seen a prompt); a difference fails the run.
+
+Ray's dashboard polls ``/api/healthz`` through the instrumented aiohttp client under the launcher:
+``OTEL_PYTHON_AIOHTTP_CLIENT_EXCLUDED_URLS=/api/healthz`` keeps those spans out, as in ``make e2e``.
+
+The machine must be quiet: before the first round the other processes' CPU is sampled, and the run
+refuses when it is above ``--max-busy`` cores (``--force`` runs anyway and marks the results). The
+other processes' CPU during every round is measured too and reported.
+
+Reuses ``make e2e``'s venv (``.venv-e2e-070``, built when missing) and scripted model; standard
+library only, any Python 3.9+. Results: the ``whole_run`` section of benchmarks/RESULTS.md (``make
+bench`` keeps it); logs of the last run in ``.e2e-work/bench-e2e/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import pstats
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+E2E_DIR = REPO / "e2e"
+sys.path.insert(0, str(E2E_DIR))
+
+from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, wait_for  # noqa: E402
+from releases import RELEASES  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+from sections import WHOLE_RUN, WHOLE_RUN_PROFILE  # noqa: E402
+
+
+def _load_e2e_run() -> Any:
+    # e2e/run.py, under a name of its own: benchmarks/run.py is `run` on this script's path.
+    spec = importlib.util.spec_from_file_location("e2e_run", E2E_DIR / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["e2e_run"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+e2e_run = _load_e2e_run()
+
+RELEASE = next(release for release in RELEASES if release.version == "0.7.0")
+WORK_ROOT = REPO / ".e2e-work" / "bench-e2e"
+WORK = WORK_ROOT / "timed"  # run() points it at WORK_ROOT / "profile" for --profile
+CONFIGURATIONS = ("none", "contrib", "full")
+# What the mcqa collection needs: its resources server, agent and environment server, and the model server.
+GYM_CONFIGS = ("resources_servers/mcqa/configs/mcqa.yaml", "responses_api_models/openai_model/configs/openai_model.yaml")
+SERVER_DIRS = (
+    "resources_servers/mcqa",
+    "responses_api_agents/simple_agent",
+    "responses_api_models/openai_model",
+    "environment_servers/legacy_agent",
+)
+EXPECTED_SERVERS = 4
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# After the collector exits, before the CPU is read: each server's batch span processor sends its last
+# (short of a full batch) spans only after its schedule delay, 5 s by default; the same wait for every
+# configuration, so that export and its receipt are inside the window.
+SETTLE_SECONDS = 5.5
+TIMEOUT_SERVERS_READY = 300
+TIMEOUT_COLLECTION = 900
+BUSY_SAMPLE_SECONDS = 3.0
+PROFILE_HOOK = "_gym_bench_profile_hook"
+
+
+@dataclass(frozen=True)
+class Workload:
+    tasks: int
+    repeats: int
+    concurrency: int
+    rounds: int
+    warmup: bool = True
+
+    @property
+    def rollouts(self) -> int:
+        return self.tasks * self.repeats
+
+
+FULL = Workload(tasks=100, repeats=4, concurrency=64, rounds=5)
+QUICK = Workload(tasks=4, repeats=2, concurrency=4, rounds=1, warmup=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# /proc: CPU of processes and of the machine
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_stat(text: str) -> tuple[int, int, int]:
+    """(own CPU ticks, reaped children's CPU ticks, start time) from a /proc/<pid>/stat line."""
+    fields = text.rsplit(")", 1)[1].split()
+    # After the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+    # utime stime cutime cstime priority nice threads itrealvalue starttime ...
+    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+    return utime + stime, cutime + cstime, int(fields[19])
+
+
+def machine_busy_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine since boot, from /proc/stat."""
+    values = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+    busy = user + nice + system + irq + softirq + steal
+    return busy, busy + idle + iowait
+
+
+def group_of(cmdline: list[str], cwd: str) -> str:
+    """Which part of a run a process is: the name a CPU figure is reported under."""
+    text = " ".join(cmdline)
+    program = os.path.basename(cmdline[0]) if cmdline else "?"
+    if program in ("bash", "sh"):
+        return "shell wrappers"
+    if "oteltap" in text:
+        return "receiver"
+    if "model_server.py" in text:
+        return "model (scripted)"
+    if cmdline and cmdline[-1].endswith("app.py"):
+        return "server " + Path(cwd).name
+    if "ray" in text.lower():
+        return "Ray"
+    if "env" in cmdline and "start" in cmdline:
+        return "gym env start (head)"
+    if "eval" in cmdline and "run" in cmdline:
+        return "collector"
+    return f"other ({program})"
+
+
+@dataclass(frozen=True)
+class ProcessCPU:
+    marker: str
+    group: str
+    ticks: int  # own + reaped children's
+
+
+def snapshot(markers: set[str]) -> dict[tuple[int, int], ProcessCPU]:
+    """Every live process carrying one of these run markers, keyed by (pid, start time)."""
+    needles = {f"{RUN_MARKER_VAR}={marker}".encode(): marker for marker in markers}
+    found: dict[tuple[int, int], ProcessCPU] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            marker = next((needles[item] for item in environ if item in needles), None)
+            if marker is None:
+                continue
+            own, children, started = parse_stat((entry / "stat").read_text())
+            cmdline = [part.decode(errors="replace") for part in (entry / "cmdline").read_bytes().split(b"\0") if part]
+            cwd = os.readlink(entry / "cwd")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or a zombie
+        found[(int(entry.name), started)] = ProcessCPU(marker, group_of(cmdline, cwd), own + children)
+    return found
+
+
+def cpu_between(before: dict[tuple[int, int], ProcessCPU], after: dict[tuple[int, int], ProcessCPU]) -> dict[str, Counter[str]]:
+    """CPU seconds per marker and group from one snapshot to the next (a process new since `before` counts whole)."""
+    spent: dict[str, Counter[str]] = {}
+    for key, now in after.items():
+        then = before.get(key)
+        ticks = now.ticks - (then.ticks if then is not None else 0)
+        spent.setdefault(now.marker, Counter())[now.group] += ticks / CLOCK_TICKS
+    return spent
+
+
+def others_cores(seconds: float = BUSY_SAMPLE_SECONDS) -> float:
+    """The CPU the rest of the machine uses now, in cores (sampled over `seconds`, nothing of ours running)."""
+    busy0, _ = machine_busy_ticks()
+    own0 = time.process_time()
+    time.sleep(seconds)
+    busy1, _ = machine_busy_ticks()
+    own = time.process_time() - own0
+    return max(0.0, ((busy1 - busy0) / CLOCK_TICKS - own) / seconds)
+
+
+# ---------------------------------------------------------------------------------------------
+# The workload
+# ---------------------------------------------------------------------------------------------
+
+LETTERS = "ABCD"
+
+
+def write_tasks(path: Path, tasks: int) -> Path:
+    """`tasks` distinct mcqa rows (flat, each with its `agent_ref` and a string `task_id`)."""
+    rows = []
+    for index in range(tasks):
+        options = [{letter: f"option {letter.lower()} of question {index}"} for letter in LETTERS]
+        question = f"Synthetic question {index}: which option is the one marked correct for this question?"
+        listing = "\n".join(f"{letter}: {text}" for option in options for letter, text in option.items())
+        prompt = (
+            "You should output your final response letter inside \\boxed{} and nothing else You can first think "
+            f"step-by-step. {question}\n{listing}"
+        )
+        rows.append(
+            {
+                "responses_create_params": {"input": [{"role": "user", "content": prompt}]},
+                "options": options,
+                "expected_answer": LETTERS[index % len(LETTERS)],
+                "grading_mode": "strict_single_letter_boxed",
+                "uuid": f"bench-{index:04d}",
+                "agent_ref": {"name": "mcqa_simple_agent"},
+                "task_id": f"bench-task-{index}",
+            }
+        )
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def rollout_outcomes(rows: list[dict[str, Any]]) -> dict[int, list[float | None]]:
+    """Per task index, the sorted rewards of its rollouts: what must be the same in every configuration."""
+    by_task: dict[int, list[float | None]] = {}
+    for row in rows:
+        by_task.setdefault(int(row["_ng_task_index"]), []).append(row.get("reward"))
+    return {task: sorted(rewards, key=lambda r: (r is None, r)) for task, rewards in sorted(by_task.items())}
+
+
+def compare_outcomes(outcomes: dict[str, dict[int, list[float | None]]]) -> list[str]:
+    """What differs between the configurations' outcomes of one round (empty when they agree)."""
+    problems = []
+    names = list(outcomes)
+    reference = outcomes[names[0]]
+    for name in names[1:]:
+        other = outcomes[name]
+        if set(other) != set(reference):
+            problems.append(f"{name} wrote rows for tasks {sorted(set(other) ^ set(reference))} that {names[0]} did not")
+        for task in sorted(set(other) & set(reference)):
+            if other[task] != reference[task]:
+                problems.append(f"task {task}: {names[0]} rewards {reference[task]}, {name} {other[task]}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Configurations
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Configuration:
+    name: str
+    marker: str
+    work: Path
+    env: dict[str, str]
+    launcher: list[str]
+    processes: Processes
+    receiver_port: int = 0
+    head_port: int = 0
+    capture_dir: Path = Path()
+    spans_path: Path = Path()
+    span_offsets: list[int] = field(default_factory=list)  # receiver output size at each timed round's start
+
+    @property
+    def head(self) -> list[str]:
+        return ["+head_server.host=127.0.0.1", f"+head_server.port={self.head_port}"]
+
+    @property
+    def capture(self) -> list[str]:
+        return ["+observability_enabled=true", f"+model_call_capture_dir={self.capture_dir}"]
+
+
+def configuration_env(name: str, base: dict[str, str]) -> dict[str, str]:
+    env = dict(base)
+    # The SDK's own export settings (the e2e shortens them to see spans quickly; a user has these).
+    for variable in ("OTEL_BSP_SCHEDULE_DELAY", "OTEL_METRIC_EXPORT_INTERVAL"):
+        env.pop(variable, None)
+    if name == "none":
+        env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
+    elif name == "contrib":
+        env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "gym"
+    return env
+
+
+def start_configuration(
+    name: str, venv_python: Path, scratch: Any, tasks_path: Path, profile_dir: Path | None, started: dict[str, Configuration]
+) -> Configuration:
+    """Start the configuration's receiver, model and servers; it is in `started` before its first process."""
+    marker = uuid.uuid4().hex
+    work = WORK / name
+    work.mkdir(parents=True)
+    receiver_port = free_port()
+    env = configuration_env(name, e2e_run.base_env(RELEASE.venv, marker, receiver_port, scratch))
+    if profile_dir is not None:
+        env["GYM_BENCH_PROFILE_DIR"] = str(profile_dir / name)
+        (profile_dir / name).mkdir(parents=True)
+    bin_dir = RELEASE.venv / "bin"
+    launcher = [] if name == "none" else [str(bin_dir / "opentelemetry-instrument"), "--"]
+    config = Configuration(name, marker, work, env, launcher, Processes(env), receiver_port, free_port())
+    started[name] = config  # stopped in run()'s `finally`, whatever happens from here on
+    config.capture_dir = work / "model-calls"
+    config.capture_dir.mkdir()
+    config.spans_path = work / "received.ndjson"
+    plain_env = {k: v for k, v in env.items() if not k.startswith(("OTEL_", "GYM_BENCH_PROFILE"))}
+
+    receiver = config.processes.start(
+        f"{name}: oteltap", [str(bin_dir / "oteltap"), "--port", str(receiver_port)], config.spans_path, work, plain_env
+    )
+    wait_for("the OTLP receiver", lambda: port_open(receiver_port), 30, exited(receiver, "oteltap", config.spans_path))
+    model_port_file = work / "model_server.port"
+    model_log = work / "model_server.log"
+    model = config.processes.start(
+        f"{name}: model server",
+        [str(venv_python), str(E2E_DIR / "model_server.py"), "--answers", str(tasks_path), "--port-file", str(model_port_file)],
+        model_log,
+        work,
+        plain_env,
+    )
+    wait_for("the model server's port", model_port_file.exists, 30, exited(model, "model server", model_log))
+    model_port = int(model_port_file.read_text())
+
+    gym_site = e2e_run.site_packages(venv_python)
+    venvs_root = work / "server-venvs"
+    for server_dir in SERVER_DIRS:
+        (venvs_root / server_dir).mkdir(parents=True)
+        (venvs_root / server_dir / ".venv").symlink_to(RELEASE.venv, target_is_directory=True)
+    configs = [arg for path in GYM_CONFIGS for arg in ("--config", str(gym_site / path))]
+    env_log = work / "gym_env_start.log"
+    env_start = config.processes.start(
+        f"{name}: gym env start",
+        [
+            *launcher,
+            str(bin_dir / "gym"),
+            "env",
+            "start",
+            *configs,
+            f"+policy_base_url=http://127.0.0.1:{model_port}/v1",
+            "+policy_api_key=bench-dummy-key",
+            "+policy_model_name=scripted-model",
+            "+skip_venv_if_present=true",
+            f"+uv_venv_dir={venvs_root}",
+            *config.head,
+            *config.capture,
+        ],
+        env_log,
+        work,
+    )
+    ready = re.compile(r"All (\d+) / (\d+) servers ready")
+
+    def servers_ready() -> bool:
+        match = ready.search(env_log.read_text(errors="replace")) if env_log.exists() else None
+        if match and match.group(1) != match.group(2):
+            raise E2EFailure(f"NeMo Gym reported {match.group(0)}; log: {env_log}")
+        return bool(match)
+
+    wait_for(
+        f"{name}: `All N / N servers ready`", servers_ready, TIMEOUT_SERVERS_READY, exited(env_start, "gym env start", env_log)
+    )
+    count = int(ready.search(env_log.read_text(errors="replace")).group(1))  # type: ignore[union-attr]
+    if count != EXPECTED_SERVERS:
+        raise E2EFailure(f"{name}: expected {EXPECTED_SERVERS} servers, gym env start started {count}; log: {env_log}")
+    log(f"{name}: {count} servers ready")
+    return config
+
+
+# ---------------------------------------------------------------------------------------------
+# One collection
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Collection:
+    configuration: str
+    round: int
+    rollouts: int
+    wall: float
+    cpu: Counter[str]  # seconds per group, this configuration's processes
+    others: float  # the rest of the machine, in cores, over the collection
+    outcomes: dict[int, list[float | None]]
+    verdicts: Counter[str]
+
+    @property
+    def cpu_total(self) -> float:
+        return sum(self.cpu.values())
+
+    @property
+    def cpu_without_receiver(self) -> float:
+        """What the user's own machines spend: the receiver stands for their tracing backend."""
+        return self.cpu_total - self.cpu.get("receiver", 0.0)
+
+
+def wait_reaped(process: subprocess.Popen[bytes], timeout: float) -> tuple[int, float]:
+    """Wait for the process; its exit status and CPU seconds (its own and its reaped children's)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            process.returncode = os.waitstatus_to_exitcode(status)
+            return process.returncode, usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            raise E2EFailure(f"the collection did not finish in {timeout:.0f}s")
+        time.sleep(0.02)
+
+
+def collect(
+    config: Configuration, round_label: str, round_number: int, tasks_path: Path, workload: Workload, markers: set[str]
+) -> Collection:
+    out = config.work / round_label
+    out.mkdir()
+    rollouts_path = out / "rollouts.jsonl"
+    for capture in config.capture_dir.iterdir():  # NeMo Gym appends to a rollout id's capture: one round's only
+        capture.unlink()
+    bin_dir = RELEASE.venv / "bin"
+    log_path = out / "gym_eval_run.log"
+    command = [
+        *config.launcher,
+        str(bin_dir / "gym"),
+        "eval",
+        "run",
+        "--no-serve",
+        f"+input_jsonl_fpath={tasks_path}",
+        f"+output_jsonl_fpath={rollouts_path}",
+        f"+num_repeats={workload.repeats}",
+        f"+num_samples_in_parallel={workload.concurrency}",
+        *config.head,
+        *config.capture,
+    ]
+    before = snapshot(markers)
+    busy_before, _ = machine_busy_ticks()
+    own_before = time.process_time()
+    started = time.perf_counter()
+    process = config.processes.start(f"{config.name}: gym eval run ({round_label})", command, log_path, out)
+    code, collector_cpu = wait_reaped(process, TIMEOUT_COLLECTION)
+    wall = time.perf_counter() - started
+    time.sleep(SETTLE_SECONDS)
+    after = snapshot(markers)
+    busy_after, _ = machine_busy_ticks()
+    elapsed = time.perf_counter() - started
+    if code != 0:
+        raise E2EFailure(f"{config.name}: the collection failed (exit {code}); log: {log_path}\n{e2e_run.tail(log_path)}")
+    spent = cpu_between(before, after)
+    cpu = spent.get(config.marker, Counter())
+    cpu["collector"] += collector_cpu
+    ours = sum(sum(groups.values()) for groups in spent.values()) + collector_cpu + time.process_time() - own_before
+    others = max(0.0, ((busy_after - busy_before) / CLOCK_TICKS - ours) / elapsed)
+
+    rows = e2e_run.read_jsonl(rollouts_path)
+    failures = e2e_run.read_jsonl(rollouts_path.with_name("rollouts_failures.jsonl"))
+    if failures or len(rows) != workload.rollouts:
+        raise E2EFailure(
+            f"{config.name}: {len(rows)} rows and {len(failures)} failures for {workload.rollouts} rollouts; log: {log_path}"
+        )
+    verdicts = Counter(str(row.get("verdict")) for row in e2e_run.read_jsonl(rollouts_path.with_name("rollout_verdicts.jsonl")))
+    log(
+        f"{config.name} {round_label}: {wall:.2f} s wall, {sum(cpu.values()):.2f} s CPU "
+        f"(collector {cpu['collector']:.2f} s), others {others:.2f} cores"
+    )
+    return Collection(config.name, round_number, len(rows), wall, cpu, others, rollout_outcomes(rows), verdicts)
+
+
+def spans_by_name(path: Path, start: int, end: int | None) -> Counter[str]:
+    """Span names in the receiver's output between two byte offsets (metrics are skipped unparsed)."""
+    names: Counter[str] = Counter()
+    with path.open("rb") as lines:
+        lines.seek(start)
+        position = start
+        for line in lines:
+            position += len(line)
+            if end is not None and position > end:
+                break
+            if b'"spanId"' not in line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "spanId" in obj and "traceId" in obj:
+                names[obj.get("name", "")] += 1
+    return names
+
+
+def wait_quiet_receiver(path: Path, seconds: float = 3.0, timeout: float = 30.0) -> None:
+    """Until the receiver's output has not grown for `seconds` (the last spans are in)."""
+    deadline = time.monotonic() + timeout
+    size, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = path.stat().st_size if path.exists() else 0
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return
+        time.sleep(0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The profile: where the servers' CPU goes
+# ---------------------------------------------------------------------------------------------
+
+# (category, path fragments), first match wins; a function's own time (no double counting).
+CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gym_instrument (the package's own code)", ("/gym_instrument/",)),
+    ("wrapt", ("/wrapt/",)),
+    ("propagation (baggage, W3C trace context)", ("/opentelemetry/propagat", "/opentelemetry/baggage/", "/trace/propagation/")),
+    ("attribute cleaning", ("/opentelemetry/attributes/",)),
+    ("context (attach, detach, get)", ("/opentelemetry/context/",)),
+    (
+        "SDK span creation and processing",
+        ("/opentelemetry/sdk/trace/", "/opentelemetry/sdk/resources/", "/opentelemetry/sdk/util/"),
+    ),
+    ("SDK metrics", ("/opentelemetry/sdk/metrics/",)),
+    (
+        "export (OTLP encoding and HTTP)",
+        ("/opentelemetry/exporter/", "/opentelemetry/proto/", "/google/protobuf/", "/requests/", "/urllib3/"),
+    ),
+    ("FastAPI / ASGI instrumentation", ("/instrumentation/fastapi/", "/instrumentation/asgi/")),
+    ("aiohttp-client instrumentation", ("/instrumentation/aiohttp_client/",)),
+    ("OpenTelemetry API and utilities (other)", ("/opentelemetry/",)),
+)
+OTHER = "NeMo Gym, FastAPI, uvicorn, aiohttp, Python (the work itself)"
+
+
+def category_of(filename: str) -> str:
+    for category, fragments in CATEGORIES:
+        if any(fragment in filename for fragment in fragments):
+            return category
+    return OTHER
+
+
+@dataclass
+class Profile:
+    """One configuration's yappi profile of its Gym servers over one collection, per rollout."""
+
+    configuration: str
+    rollouts: int
+    by_server: dict[str, float]  # CPU ms per rollout, all functions' own time
+    by_category: dict[str, float]  # CPU ms per rollout, all servers
+    package_entries: dict[str, float]  # inclusive CPU ms per rollout of calls from the package into OpenTelemetry
+    # The package's functions: (own CPU ms, inclusive CPU ms, calls) per rollout, largest own time first.
+    package_functions: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    gc_collections: list[int] = field(default_factory=lambda: [0, 0, 0])  # all servers, per generation
+    gc_ms: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # CPU ms per rollout, per generation
+
+
+def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
+    by_server: Counter[str] = Counter()
+    by_category: Counter[str] = Counter()
+    entries: Counter[str] = Counter()
+    package_own: Counter[str] = Counter()
+    package_inclusive: Counter[str] = Counter()
+    package_calls: Counter[str] = Counter()
+    gc_collections, gc_seconds = [0, 0, 0], [0.0, 0.0, 0.0]
+    for meta_path in sorted(folder.glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        for generation in range(3):
+            gc_collections[generation] += meta.get("gc_collections", [0, 0, 0])[generation]
+            gc_seconds[generation] += meta.get("gc_seconds", [0.0, 0.0, 0.0])[generation]
+        stats_path = meta_path.with_suffix(".pstat")
+        if not stats_path.exists():
+            continue
+        server = Path(meta["cwd"]).name
+        raw = pstats.Stats(str(stats_path)).stats  # type: ignore[attr-defined]
+        for (filename, _line, function), (_cc, calls, own, cumulative, callers) in raw.items():
+            category = category_of(filename)
+            by_server[server] += own
+            by_category[category] += own
+            if "/gym_instrument/" in filename:
+                name = f"{Path(filename).name}:{function}"
+                package_own[name] += own
+                package_inclusive[name] += cumulative
+                package_calls[name] += calls
+            if category.startswith(("gym_instrument", "wrapt")):
+                continue
+            if "/opentelemetry/" not in filename:
+                continue
+            for caller, edge in callers.items():
+                if "/gym_instrument/" in caller[0]:
+                    entries[f"{Path(caller[0]).name}:{caller[2]} -> {_short(filename)}:{function}"] += edge[3]
+    scale = 1000.0 / max(rollouts, 1)
+    return Profile(
+        configuration,
+        rollouts,
+        {k: v * scale for k, v in by_server.items()},
+        {k: v * scale for k, v in by_category.items()},
+        {k: v * scale for k, v in entries.most_common(12)},
+        {
+            name: (own * scale, package_inclusive[name] * scale, package_calls[name] / max(rollouts, 1))
+            for name, own in package_own.most_common(15)
+        },
+        gc_collections,
+        [seconds * scale for seconds in gc_seconds],
+    )
+
+
+def _short(filename: str) -> str:
+    marker = "/site-packages/"
+    return filename.split(marker, 1)[1] if marker in filename else Path(filename).name
+
+
+def install_profile_hook() -> Path:
+    site = e2e_run.site_packages(RELEASE.venv / "bin" / "python")
+    shutil.copy(HERE / "profile_hook.py", site / f"{PROFILE_HOOK}.py")
+    pth = site / f"{PROFILE_HOOK}.pth"
+    pth.write_text(f"import {PROFILE_HOOK}\n")
+    return site
+
+
+def remove_profile_hook() -> None:
+    site = e2e_run.site_packages(RELEASE.venv / "bin" / "python")
+    for path in (site / f"{PROFILE_HOOK}.pth", site / f"{PROFILE_HOOK}.py"):
+        path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures and the report
+# ---------------------------------------------------------------------------------------------
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    return min(values), statistics.median(values), max(values)
+
+
+def ratios(collections: list[Collection], numerator: str, denominator: str, what: str) -> list[float]:
+    by_round: dict[int, dict[str, Collection]] = {}
+    for collection in collections:
+        by_round.setdefault(collection.round, {})[collection.configuration] = collection
+    values = []
+    for pair in by_round.values():
+        if numerator in pair and denominator in pair:
+            top, bottom = pair[numerator], pair[denominator]
+            if what == "wall":
+                values.append(top.wall / bottom.wall)
+            elif what == "cpu":
+                values.append(top.cpu_total / bottom.cpu_total)
+            else:
+                values.append(top.cpu_without_receiver / bottom.cpu_without_receiver)
+    return values
+
+
+def versions() -> str:
+    python = RELEASE.venv / "bin" / "python"
+    names = ("nemo-gym", "gym-instrument", "opentelemetry-sdk", "opentelemetry-instrumentation-fastapi", "ray", "uvicorn")
+    code = (
+        "import sys, importlib.metadata as m\n"
+        f"for n in {names!r}:\n"
+        "    print(n, m.version(n))\n"
+        "print('Python', sys.version.split()[0])\n"
+    )
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False).stdout
+    return ", ".join(line.strip() for line in out.splitlines() if line.strip())
+
+
+def machine_lines(busy_at_start: float, forced: bool) -> list[str]:
+    cpu = platform.machine()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.partition(":")[2].strip()
+            break
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    return [
+        f"- Machine: {cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}; load average at start {load}; "
+        f"other processes' CPU at start {busy_at_start:.2f} cores" + (" (**--force: the machine was busy**)" if forced else ""),
+        f"- Versions (the e2e venv `{RELEASE.venv.name}`): {versions()}",
+        f"- Code: git {commit or 'unknown'}",
+    ]
+
+
+def report(
+    workload: Workload,
+    collections: list[Collection],
+    spans: dict[str, Counter[str]],
+    header: list[str],
+    quick: bool,
+    busy: bool,
+    elapsed: float,
+    profiles: list[Profile],
+) -> str:
+    lines = [
+        "## A whole real run: NeMo Gym 0.7.0 end to end",
+        "",
+        "`make bench-e2e` (`benchmarks/whole_run.py`; `make bench` keeps this section as it is): real `gym env start` and "
+        f"`gym eval run --no-serve` collections of {workload.rollouts} mcqa rollouts ({workload.tasks} tasks x "
+        f"{workload.repeats}), concurrency {workload.concurrency}, model-call capture and the health pass on, against a "
+        "scripted model on 127.0.0.1; each configuration with its own servers, receiver and model; "
+        f"{'no warm-up, ' if not workload.warmup else 'one untimed warm-up each, '}{workload.rounds} round(s), the order "
+        "rotating. Ratios are taken within a round; min / median / max over rounds. CPU is every process of the "
+        "configuration (collector, servers, Ray, model, receiver), from `/proc` and `wait4`, read "
+        f"{SETTLE_SECONDS:g} s after the collector exits (the servers' batch span processors send their last spans).",
+        "",
+    ]
+    if quick:
+        lines += ["**Quick run (tiny sizes): these figures prove the harness runs; they judge nothing.**", ""]
+    if busy:
+        lines += ["**Measured on a busy machine** (other processes used CPU during the run; see the last column).", ""]
+    lines += [*header, f"- Run: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s", ""]
+
+    lines += [
+        "| configuration | what runs | wall (median) | CPU, all processes (median) | ratio | wall: min / median / max | "
+        "CPU: min / median / max | spans per rollout | others' CPU during its rounds (cores, median) |",
+        "| --- | --- | ---: | ---: | --- | --- | --- | ---: | ---: |",
+    ]
+    what = {
+        "none": "plain `gym`, no launcher",
+        "contrib": "`opentelemetry-instrument`, `OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym`",
+        "full": "`opentelemetry-instrument` with this package's preset",
+    }
+    previous = {"contrib": "none", "full": "contrib"}
+    for name in CONFIGURATIONS:
+        mine = [c for c in collections if c.configuration == name]
+        if not mine:
+            continue
+        wall = statistics.median(c.wall for c in mine)
+        cpu = statistics.median(c.cpu_total for c in mine)
+        rollouts = sum(c.rollouts for c in mine)
+        per_rollout = sum(spans.get(name, Counter()).values()) / max(rollouts, 1)
+        others = statistics.median(c.others for c in mine)
+        if name in previous:
+            walls = spread(ratios(collections, name, previous[name], "wall"))
+            cpus = spread(ratios(collections, name, previous[name], "cpu"))
+            ratio = f"{name} / {previous[name]}"
+            wall_spread = " / ".join(f"{v:.3f}" for v in walls)
+            cpu_spread = " / ".join(f"{v:.3f}" for v in cpus)
+        else:
+            ratio = wall_spread = cpu_spread = ""
+        lines.append(
+            f"| {name} | {what[name]} | {wall:.2f} s | {cpu:.2f} s | {ratio} | {wall_spread} | {cpu_spread} | "
+            f"{per_rollout:.1f} | {others:.2f} |"
+        )
+    without = [
+        f"{name} / {previous[name]} {' / '.join(f'{v:.3f}' for v in spread(ratios(collections, name, previous[name], 'gym')))}"
+        for name in CONFIGURATIONS
+        if name in previous and any(c.configuration == name for c in collections)
+    ]
+    if without:
+        lines += [
+            "",
+            "CPU of all processes but the receiver (it stands for your tracing backend, which runs elsewhere), "
+            "min / median / max: " + "; ".join(without) + ".",
+        ]
+    lines += ["", *cpu_table(collections), "", *span_table(collections, spans), ""]
+    lines += [*share_lines(collections, spans), ""]
+    lines += outcome_lines(collections)
+    if profiles:
+        lines += ["", *profile_lines(profiles)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def cpu_table(collections: list[Collection]) -> list[str]:
+    groups = sorted({group for c in collections for group in c.cpu})
+    lines = [
+        "CPU per process group, median over rounds (ms per rollout):",
+        "",
+        "| process group | " + " | ".join(CONFIGURATIONS) + " | full - contrib |",
+        "| --- | " + " | ".join("---:" for _ in CONFIGURATIONS) + " | ---: |",
+    ]
+    for group in [*groups, "all"]:
+        cells = {}
+        for name in CONFIGURATIONS:
+            mine = [c for c in collections if c.configuration == name]
+            if mine:
+                values = [(c.cpu_total if group == "all" else c.cpu.get(group, 0.0)) * 1000 / c.rollouts for c in mine]
+                cells[name] = statistics.median(values)
+        difference = f"{cells['full'] - cells['contrib']:+.2f}" if "full" in cells and "contrib" in cells else ""
+        label = "**all**" if group == "all" else group
+        lines.append(f"| {label} | " + " | ".join(f"{cells.get(n, 0.0):.2f}" for n in CONFIGURATIONS) + f" | {difference} |")
+    return lines
+
+
+def span_table(collections: list[Collection], spans: dict[str, Counter[str]]) -> list[str]:
+    rollouts = {name: sum(c.rollouts for c in collections if c.configuration == name) for name in CONFIGURATIONS}
+    names = sorted({span for counts in spans.values() for span in counts})
+    lines = [
+        "Spans per rollout by name (all timed rounds):",
+        "",
+        "| span | " + " | ".join(n for n in CONFIGURATIONS if n != "none") + " |",
+        "| --- | " + " | ".join("---:" for n in CONFIGURATIONS if n != "none") + " |",
+    ]
+    for span in names:
+        cells = [f"{spans.get(n, Counter())[span] / max(rollouts[n], 1):.2f}" for n in CONFIGURATIONS if n != "none"]
+        lines.append(f"| `{span}` | " + " | ".join(cells) + " |")
+    return lines
+
+
+def outcome_lines(collections: list[Collection]) -> list[str]:
+    verdicts = {name: Counter() for name in CONFIGURATIONS}  # type: dict[str, Counter[str]]
+    for c in collections:
+        verdicts[c.configuration].update(c.verdicts)
+    described = "; ".join(
+        f"{name}: " + ", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items()))
+        for name, counts in verdicts.items()
+        if counts
+    )
+    return [
+        "Every configuration wrote the same rows with the same rewards per task in every round (checked). "
+        f"Health verdicts over the timed rounds: {described}."
+    ]
+
+
+def share_lines(collections: list[Collection], spans: dict[str, Counter[str]]) -> list[str]:
+    """Where full's extra CPU goes, and what its extra spans cost at contrib's price per span."""
+
+    def median_ms(name: str, pick: Any) -> float:
+        return statistics.median(pick(c) * 1000 / c.rollouts for c in collections if c.configuration == name)
+
+    if not all(any(c.configuration == n for c in collections) for n in CONFIGURATIONS):
+        return []
+    total = median_ms("full", lambda c: c.cpu_total) - median_ms("contrib", lambda c: c.cpu_total)
+    contrib_total = median_ms("contrib", lambda c: c.cpu_total)
+    servers = sum(
+        median_ms("full", lambda c, g=group: c.cpu.get(g, 0.0)) - median_ms("contrib", lambda c, g=group: c.cpu.get(g, 0.0))
+        for group in sorted({g for c in collections for g in c.cpu if g.startswith("server ")})
+    )
+
+    def part(group: str) -> float:
+        return median_ms("full", lambda c: c.cpu.get(group, 0.0)) - median_ms("contrib", lambda c: c.cpu.get(group, 0.0))
+
+    rollouts = {n: sum(c.rollouts for c in collections if c.configuration == n) for n in CONFIGURATIONS}
+    per_rollout = {n: sum(spans.get(n, Counter()).values()) / max(rollouts[n], 1) for n in ("contrib", "full")}
+    tracing = contrib_total - median_ms("none", lambda c: c.cpu_total)
+    per_span = tracing / per_rollout["contrib"] if per_rollout["contrib"] else 0.0
+    extra_spans = per_rollout["full"] - per_rollout["contrib"]
+    return [
+        f"**The package's share**, full - contrib per rollout (medians): {total:.2f} ms of CPU, {total / contrib_total:.1%} "
+        f"of contrib's {contrib_total:.2f} ms: the Gym servers {servers:+.2f}, the collector {part('collector'):+.2f}, "
+        f"the receiver {part('receiver'):+.2f}, Ray {part('Ray'):+.2f}. contrib's tracing costs {tracing:.2f} ms per rollout "
+        f"over none for {per_rollout['contrib']:.1f} spans, {per_span:.3f} ms a span across all processes (made, exported, "
+        f"received); full's {extra_spans:.1f} more spans at that price are {extra_spans * per_span:.2f} ms, "
+        f"{extra_spans * per_span / contrib_total:.1%} of contrib, and the rest, {total - extra_spans * per_span:+.2f} ms, is "
+        "what the package does besides making spans (request isolation, baggage on every hop, counters, the dispatch "
+        "memory)."
+    ]
+
+
+def profile_lines(profiles: list[Profile]) -> list[str]:
+    by_name = {p.configuration: p for p in profiles}
+    categories = [c for c, _ in CATEGORIES] + [OTHER]
+    names = [n for n in CONFIGURATIONS if n in by_name]
+    lines = [
+        "### Where the servers' CPU goes (yappi, one collection per configuration)",
+        "",
+        "`python3 benchmarks/whole_run.py --profile`: yappi on CPU time, every thread, in each Gym server process "
+        "(started from a `.pth` start-up hook in the venv, `benchmarks/profile_hook.py`), from just before the "
+        "collection to just after it; each function's own time, by where its code lives, in ms per rollout. yappi "
+        "makes every Python call slower, so the absolute figures are higher than unprofiled ones; the shares and the "
+        "differences between configurations are what to read.",
+        "",
+        "| where | " + " | ".join(names) + " | full - contrib |",
+        "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
+    ]
+    for category in [*categories, "all"]:
+        cells = {
+            n: (sum(by_name[n].by_category.values()) if category == "all" else by_name[n].by_category.get(category, 0.0))
+            for n in names
+        }
+        difference = f"{cells['full'] - cells['contrib']:+.3f}" if "full" in cells and "contrib" in cells else ""
+        label = "**all**" if category == "all" else category
+        lines.append(f"| {label} | " + " | ".join(f"{cells[n]:.3f}" for n in names) + f" | {difference} |")
+    lines += [
+        "",
+        "The garbage collector's pauses, all servers (collections; CPU ms per rollout), measured with `gc.callbacks`. "
+        "yappi books each pause on whatever function was running, so they are inside the rows above, mostly in the "
+        "last one:",
+        "",
+        "| generation | " + " | ".join(names) + " | full - contrib |",
+        "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
+    ]
+    for generation in range(3):
+        cells_ms = {n: by_name[n].gc_ms[generation] for n in names}
+        difference = f"{cells_ms['full'] - cells_ms['contrib']:+.3f}" if "full" in cells_ms and "contrib" in cells_ms else ""
+        lines.append(
+            f"| {generation} | "
+            + " | ".join(f"{by_name[n].gc_collections[generation]}; {cells_ms[n]:.3f}" for n in names)
+            + f" | {difference} |"
+        )
+    full_total = sum(by_name["full"].by_category.values()) if "full" in by_name else 0.0
+    contrib_total = sum(by_name["contrib"].by_category.values()) if "contrib" in by_name else 0.0
+    if "full" in by_name and "contrib" in by_name and full_total != contrib_total:
+        full, contrib = by_name["full"].by_category, by_name["contrib"].by_category
+        total = full_total - contrib_total
+
+        def diff(*prefixes: str) -> float:
+            return sum(full.get(c, 0.0) - contrib.get(c, 0.0) for c in categories if c.startswith(prefixes))
+
+        own = diff("gym_instrument", "wrapt")
+        propagation = diff("propagation")
+        spans = diff("SDK span", "export", "attribute", "context", "OpenTelemetry API", "FastAPI", "aiohttp")
+        metrics = diff("SDK metrics")
+        rest = total - own - propagation - spans - metrics
+        lines += [
+            "",
+            f"**Breakdown of the servers' share** (yappi ms per rollout, full - contrib = {total:+.3f}): the package's own "
+            f"code {own:+.3f} ({own / total:.0%}: per request the `isolate` wrapper around uvicorn's `run_asgi` and the "
+            "`ServerClient.post` condition check, per rollout the verify wrapper; table below); baggage propagation "
+            f"{propagation:+.3f} ({propagation / total:.0%}: OpenTelemetry's W3C baggage propagator parsing the "
+            "`nemo.gym.rollout.id` entry on every incoming request and encoding it on every outgoing one, which contrib's "
+            f"requests do not carry); the verify span made, cleaned, processed and exported {spans:+.3f} "
+            f"({spans / total:.0%}); the reward counter {metrics:+.3f}; the rest, in the servers' own code (GC pauses and "
+            f"scheduling land there, and vary by a few tenths between runs), {rest:+.3f}.",
+        ]
+    servers = sorted({s for p in profiles for s in p.by_server})
+    lines += [
+        "",
+        "| server | " + " | ".join(names) + " | full - contrib |",
+        "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
+    ]
+    for server in servers:
+        cells = {n: by_name[n].by_server.get(server, 0.0) for n in names}
+        difference = f"{cells['full'] - cells['contrib']:+.3f}" if "full" in cells and "contrib" in cells else ""
+        lines.append(f"| {server} | " + " | ".join(f"{cells[n]:.3f}" for n in names) + f" | {difference} |")
+    if "full" in by_name and by_name["full"].package_functions:
+        lines += [
+            "",
+            "The package's own functions in the servers, `full` (ms per rollout; inclusive time of a wrapper includes the "
+            "wrapped call's):",
+            "",
+            "| function | own | inclusive | calls per rollout |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| `{name}` | {own:.3f} | {inclusive:.3f} | {calls:.1f} |"
+            for name, (own, inclusive, calls) in by_name["full"].package_functions.items()
+        ]
+    if "full" in by_name and by_name["full"].package_entries:
+        lines += ["", "Calls from the package into OpenTelemetry, `full` (inclusive ms per rollout, largest first):", ""]
+        lines += [f"- `{edge}`: {ms:.3f}" for edge, ms in by_name["full"].package_entries.items()]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP: unwind so that every started process is stopped."""
+
+
+def _stop_on_signal(signum: int, frame: object) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def run(options: argparse.Namespace) -> int:
+    global WORK
+    WORK = WORK_ROOT / ("profile" if options.profile else "timed")
+    workload = QUICK if options.quick else FULL
+    workload = Workload(
+        tasks=options.tasks or workload.tasks,
+        repeats=options.repeats or workload.repeats,
+        concurrency=options.concurrency or workload.concurrency,
+        rounds=options.rounds or workload.rounds,
+        warmup=workload.warmup if options.warmup is None else options.warmup,
+    )
+    if options.profile:
+        workload = Workload(workload.tasks, workload.repeats, workload.concurrency, rounds=1, warmup=workload.warmup)
+    busy_at_start = others_cores()
+    log(f"other processes use {busy_at_start:.2f} cores now (load average {os.getloadavg()[0]:.2f})")
+    deadline = time.monotonic() + options.wait
+    while busy_at_start > options.max_busy and not options.force and time.monotonic() < deadline:
+        time.sleep(10)
+        busy_at_start = others_cores()
+        log(f"waiting for a quiet machine (--wait): other processes use {busy_at_start:.2f} cores")
+    busy = busy_at_start > options.max_busy
+    if busy and not options.force:
+        log(
+            f"REFUSED: the machine is busy ({busy_at_start:.2f} cores used by other processes, more than "
+            f"--max-busy {options.max_busy}); the figures would measure the neighbours. Run later, or with --force."
+        )
+        return 2
+    if busy:
+        log(f"the machine is BUSY ({busy_at_start:.2f} cores); --force: running anyway, the results will say so")
+
+    started_at = time.monotonic()
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    venv_python = e2e_run.ensure_venv(RELEASE, with_package=True)
+    tmpdir = WORK / "tmp"
+    tmpdir.mkdir()
+    scratch = e2e_run.Scratch(tmpdir, Path(tempfile.mkdtemp(prefix="gibench-")))  # Ray wants a short path
+    tasks_path = write_tasks(WORK / "tasks.jsonl", workload.tasks)
+    profile_dir = WORK / "profiles" if options.profile else None
+    if profile_dir is not None:
+        install_profile_hook()
+    header = machine_lines(busy_at_start, busy)
+    configs: dict[str, Configuration] = {}
+    collections: list[Collection] = []
+    profiles: list[Profile] = []
+    try:
+        names = [n for n in CONFIGURATIONS if n in options.configurations]
+        for name in names:
+            start_configuration(name, venv_python, scratch, tasks_path, profile_dir, configs)
+        markers = {config.marker for config in configs.values()}
+        if workload.warmup:
+            for name in names:
+                collect(configs[name], "warm-up", 0, tasks_path, workload, markers)
+        for number in range(1, workload.rounds + 1):
+            order = names[(number - 1) % len(names) :] + names[: (number - 1) % len(names)]
+            log(f"round {number}: {', '.join(order)}")
+            for name in order:
+                config = configs[name]
+                config.span_offsets.append(config.spans_path.stat().st_size)
+                if profile_dir is not None:
+                    (profile_dir / name / "start").touch()
+                    time.sleep(0.5)
+                collection = collect(config, f"round-{number}", number, tasks_path, workload, markers)
+                if profile_dir is not None:
+                    (profile_dir / name / "stop").touch()  # each server writes <pid>.pstat, then <pid>.json
+                    wait_for(
+                        f"{name}: the servers' profiles",
+                        lambda d=profile_dir / name: len(list(d.glob("*.json"))) >= EXPECTED_SERVERS,
+                        60,
+                    )
+                    profiles.append(read_profiles(profile_dir / name, name, collection.rollouts))
+                collections.append(collection)
+            problems = compare_outcomes({c.configuration: c.outcomes for c in collections if c.round == number})
+            if problems:
+                raise E2EFailure(f"round {number}: the configurations' outcomes differ: " + "; ".join(problems[:10]))
+        spans: dict[str, Counter[str]] = {}
+        for name, config in configs.items():
+            wait_quiet_receiver(config.spans_path)
+            if config.span_offsets:
+                spans[name] = spans_by_name(config.spans_path, config.span_offsets[0], None)
+    finally:
+        for config in reversed(list(configs.values())):
+            survivors = config.processes.stop_all(config.marker)
+            if survivors:
+                log(f"{config.name}: processes still alive after stopping: {survivors}")
+        if profile_dir is not None:
+            remove_profile_hook()
+        scratch.remove()
+
+    busy_during = any(c.others > options.max_busy for c in collections)
+    text = report(
+        workload, collections, spans, header, options.quick, busy or busy_during, time.monotonic() - started_at, profiles
+    )
+    if options.profile:
+        body = "\n".join(profile_lines(profiles))
+        (WORK / "PROFILE.md").write_text(body + "\n")
+        log(f"profile written to {WORK / 'PROFILE.md'}")
+    print()
+    print(text)
+    if options.output is not None:
+        # A profiled run's timings are yappi's: only its breakdown goes into RESULTS.md, in a section of its own.
+        if options.profile:
+            WHOLE_RUN_PROFILE.write(options.output, "\n".join([*profile_lines(profiles), "", *header]))
+        else:
+            WHOLE_RUN.write(options.output, text, before=WHOLE_RUN_PROFILE)
+        log(f"written to {options.output}")
+    (WORK / "RESULTS.md").write_text(text)
+    raw = [{**vars(c), "cpu": dict(c.cpu), "verdicts": dict(c.verdicts), "outcomes": None} for c in collections]
+    (WORK / "collections.json").write_text(json.dumps(raw, indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="4 tasks x 2, concurrency 4, 1 round, no warm-up; judges nothing")
+    parser.add_argument("--tasks", type=int, help=f"distinct mcqa tasks (default {FULL.tasks})")
+    parser.add_argument("--repeats", type=int, help=f"rollouts per task (default {FULL.repeats})")
+    parser.add_argument("--concurrency", type=int, help=f"rollouts in flight (default {FULL.concurrency})")
+    parser.add_argument("--rounds", type=int, help=f"timed rounds (default {FULL.rounds})")
+    parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="one untimed collection each first")
+    parser.add_argument("--configurations", default=",".join(CONFIGURATIONS), help="comma-separated subset of none,contrib,full")
+    parser.add_argument("--profile", action="store_true", help="yappi in every Gym server for one round; adds the breakdown")
+    parser.add_argument("--wait", type=float, default=0, help="seconds to wait for a quiet machine before refusing (default 0)")
+    parser.add_argument("--force", action="store_true", help="run even when the machine is busy (the results say so)")
+    parser.add_argument(
+        "--max-busy", type=float, default=0.25, help="other processes' CPU, in cores, above which the machine is busy"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=HERE / "RESULTS.md",
+        help="the Markdown file whose whole_run section is written (default benchmarks/RESULTS.md)",
+    )
+    parser.add_argument(
+        "--no-output", dest="output", action="store_const", const=None, help="write only .e2e-work/bench-e2e/RESULTS.md"
+    )
+    options = parser.parse_args(argv)
+    options.configurations = [name.strip() for name in options.configurations.split(",") if name.strip()]
+    unknown = set(options.configurations) - set(CONFIGURATIONS)
+    if unknown:
+        parser.error(f"unknown configuration(s) {sorted(unknown)}")
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on_signal)
+    try:
+        return run(options)
+    except E2EFailure as error:
+        log(f"FAILED: {error}")
+        log(f"logs are in {WORK}")
+        return 1
+    except (KeyboardInterrupt, Stopped) as stop:
+        log(f"interrupted ({stop or 'SIGINT'}); everything this run started has been stopped")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

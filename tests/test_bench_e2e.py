@@ -1,0 +1,217 @@
+"""The whole-run benchmark's own parts (``benchmarks/whole_run.py``), without starting NeMo Gym.
+
+The harness end to end is ``make bench-e2e-smoke`` (real NeMo Gym 0.7.0, tiny sizes, minutes): too
+slow for the suite. Here: what it reads from ``/proc``, how it names a process, the sameness check
+of the configurations' outcomes, the span count, the workload it writes (every task answerable by
+the scripted model), the profile's categories, and that ``make bench`` keeps its RESULTS.md section.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO / "benchmarks"
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def whole_run() -> ModuleType:
+    return _load("whole_run", BENCHMARKS / "whole_run.py")
+
+
+@pytest.fixture(scope="module")
+def model_server() -> ModuleType:
+    return _load("e2e_model_server", REPO / "e2e" / "model_server.py")
+
+
+def test_parse_stat_reads_own_and_children_cpu_and_start_time(whole_run: ModuleType) -> None:
+    # A command with spaces and a parenthesis: fields are counted from the last ')'.
+    line = "42 (python app.py (x)) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 4 0 12345 0 0"
+    assert whole_run.parse_stat(line) == (300, 10, 12345)
+
+
+def test_parse_stat_of_this_process_grows_with_cpu_spent(whole_run: ModuleType) -> None:
+    before, _, started = whole_run.parse_stat(Path(f"/proc/{os.getpid()}/stat").read_text())
+    deadline = time.process_time() + 0.1
+    while time.process_time() < deadline:
+        pass
+    after, _, started_again = whole_run.parse_stat(Path(f"/proc/{os.getpid()}/stat").read_text())
+    assert after > before and started == started_again
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "cwd", "group"),
+    [
+        (["/v/bin/oteltap", "--port", "1"], "/w", "receiver"),
+        (["/v/bin/python", "/r/e2e/model_server.py", "--answers", "t"], "/w", "model (scripted)"),
+        (["/v/bin/python", "app.py"], "/v/site-packages/resources_servers/mcqa", "server mcqa"),
+        (["bash", "-c", "cd x && source y && python app.py"], "/w", "shell wrappers"),
+        (["/v/bin/python", "/v/site-packages/ray/core/src/ray/raylet/raylet"], "/w", "Ray"),
+        (["/v/bin/python", "/v/bin/gym", "env", "start", "--config", "c"], "/w", "gym env start (head)"),
+    ],
+)
+def test_group_of_names_each_part_of_a_run(whole_run: ModuleType, cmdline: list[str], cwd: str, group: str) -> None:
+    assert whole_run.group_of(cmdline, cwd) == group
+
+
+def test_cpu_between_counts_a_new_process_whole_and_a_known_one_by_its_growth(whole_run: ModuleType) -> None:
+    cpu = whole_run.ProcessCPU
+    ticks = whole_run.CLOCK_TICKS
+    before = {(1, 10): cpu("a", "Ray", 100), (2, 10): cpu("b", "receiver", 5)}
+    after = {(1, 10): cpu("a", "Ray", 100 + ticks), (3, 11): cpu("a", "server mcqa", 2 * ticks), (2, 10): cpu("b", "receiver", 5)}
+    spent = whole_run.cpu_between(before, after)
+    assert spent["a"] == Counter({"Ray": 1.0, "server mcqa": 2.0})
+    assert spent["b"] == Counter({"receiver": 0.0})
+
+
+def test_outcomes_must_be_the_same_rows_and_rewards_per_task(whole_run: ModuleType) -> None:
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": r, "reward": float((t + r) % 2)} for t in range(3) for r in range(2)]
+    same_rewards_other_order = [{**row, "reward": 1.0 - row["reward"]} for row in rows]
+    outcome = whole_run.rollout_outcomes(rows)
+    assert outcome == {0: [0.0, 1.0], 1: [0.0, 1.0], 2: [0.0, 1.0]}
+    assert whole_run.compare_outcomes({"none": outcome, "full": whole_run.rollout_outcomes(same_rewards_other_order)}) == []
+
+    wrong = [{**row, "reward": 0.0} if row["_ng_task_index"] == 1 else row for row in rows]
+    missing = [row for row in rows if row["_ng_task_index"] != 2]
+    problems = whole_run.compare_outcomes(
+        {"none": outcome, "contrib": whole_run.rollout_outcomes(wrong), "full": whole_run.rollout_outcomes(missing)}
+    )
+    assert any("task 1" in problem and "contrib" in problem for problem in problems)
+    assert any("full wrote rows for tasks [2]" in problem for problem in problems)
+
+
+def test_every_written_task_is_answered_by_the_scripted_model(
+    whole_run: ModuleType, model_server: ModuleType, tmp_path: Path
+) -> None:
+    path = whole_run.write_tasks(tmp_path / "tasks.jsonl", 12)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 12 and len({row["task_id"] for row in rows}) == 12
+    assert all(row["agent_ref"] == {"name": "mcqa_simple_agent"} for row in rows)
+    key = model_server.load_answer_key(path)
+    assert len(key) == 12
+    for row in rows:
+        prompt = model_server.last_user_text(row["responses_create_params"]["input"])
+        assert key[prompt]["expected"] == row["expected_answer"]
+        assert row["expected_answer"] in key[prompt]["letters"]
+
+
+def test_spans_by_name_counts_spans_between_offsets_and_skips_metrics(whole_run: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "received.ndjson"
+    span = {"traceId": "t", "spanId": "s", "kind": 2}
+    first = "oteltap listening\n" + json.dumps({**span, "name": "POST /run"}) + "\n"
+    later = (
+        json.dumps({**span, "name": "gym.verify"})
+        + "\n"
+        + json.dumps({"name": "http.server.duration", "histogram": {}})
+        + "\n"
+        + json.dumps({**span, "name": "gym.verify"})
+        + "\n"
+    )
+    path.write_text(first + later)
+    assert whole_run.spans_by_name(path, 0, None) == Counter({"POST /run": 1, "gym.verify": 2})
+    assert whole_run.spans_by_name(path, len(first.encode()), None) == Counter({"gym.verify": 2})
+
+
+@pytest.mark.parametrize(
+    ("filename", "category"),
+    [
+        ("/v/site-packages/gym_instrument/plan.py", "gym_instrument (the package's own code)"),
+        ("/v/site-packages/opentelemetry/baggage/propagation/__init__.py", "propagation (baggage, W3C trace context)"),
+        ("/v/site-packages/opentelemetry/attributes/__init__.py", "attribute cleaning"),
+        ("/v/site-packages/opentelemetry/sdk/trace/__init__.py", "SDK span creation and processing"),
+        ("/v/site-packages/opentelemetry/exporter/otlp/proto/http/trace_exporter/__init__.py", "export (OTLP encoding and HTTP)"),
+        ("/v/site-packages/opentelemetry/instrumentation/asgi/__init__.py", "FastAPI / ASGI instrumentation"),
+        ("/v/site-packages/nemo_gym/server_utils.py", "NeMo Gym, FastAPI, uvicorn, aiohttp, Python (the work itself)"),
+    ],
+)
+def test_profile_categories(whole_run: ModuleType, filename: str, category: str) -> None:
+    assert whole_run.category_of(filename) == category
+
+
+def test_make_bench_keeps_the_whole_run_sections(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        sections = _load("bench_sections", BENCHMARKS / "sections.py")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmarks\n\nold micro table\n")
+    sections.WHOLE_RUN.write(results, "## A whole real run\n\nfirst")
+    sections.WHOLE_RUN.write(results, "## A whole real run\n\nsecond")
+    sections.WHOLE_RUN_PROFILE.write(results, "### profile")
+    sections.WHOLE_RUN.write(results, "## A whole real run\n\nthird", before=sections.WHOLE_RUN_PROFILE)
+    text = results.read_text()
+    assert text.count(sections.WHOLE_RUN.begin) == 1 and "third" in text and "second" not in text
+    assert text.index(sections.WHOLE_RUN.end) < text.index(sections.WHOLE_RUN_PROFILE.begin)
+
+    fresh = tmp_path / "FRESH.md"
+    fresh.write_text("# Benchmarks\n")
+    sections.WHOLE_RUN_PROFILE.write(fresh, "### profile")
+    sections.WHOLE_RUN.write(fresh, "## timed", before=sections.WHOLE_RUN_PROFILE)
+    assert fresh.read_text().index("## timed") < fresh.read_text().index("### profile")
+
+    regenerated = sections.keep(results, "# Benchmarks\n\nnew micro table\n")
+    assert "new micro table" in regenerated and "old micro table" not in regenerated
+    assert sections.WHOLE_RUN.of(regenerated) == sections.WHOLE_RUN.of(text)
+    assert sections.WHOLE_RUN_PROFILE.of(regenerated) == sections.WHOLE_RUN_PROFILE.of(text)
+
+
+def test_the_harness_refuses_a_busy_machine_without_force(tmp_path: Path) -> None:
+    # --max-busy -1: any machine is busy; the run must stop before starting anything.
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "whole_run.py"), "--quick", "--max-busy", "-1", "--no-output"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert "REFUSED" in completed.stdout and "--force" in completed.stdout
+
+
+def test_the_report_has_ratios_shares_spans_and_the_profile_breakdown(whole_run: ModuleType) -> None:
+    collections = []
+    for number in (1, 2):
+        for name, wall, servers in (("none", 5.0, 2.0), ("contrib", 7.0, 4.0), ("full", 7.2 + number / 10, 4.2)):
+            cpu = Counter({"collector": 4.0, "server mcqa": servers, "receiver": 0.0 if name == "none" else 1.0})
+            outcome = {0: [0.0, 1.0]}
+            collections.append(whole_run.Collection(name, number, 400, wall, cpu, 0.01, outcome, Counter({"healthy": 400})))
+    spans = {"contrib": Counter({"POST /run": 800 * 43}), "full": Counter({"POST /run": 800 * 43, "gym.verify": 800 * 3})}
+    categories = {category: 1.0 for category, _ in whole_run.CATEGORIES}
+    profiles = [
+        whole_run.Profile("contrib", 400, {"mcqa": 10.0}, dict(categories), {}),
+        whole_run.Profile(
+            "full",
+            400,
+            {"mcqa": 11.0},
+            {**categories, "gym_instrument (the package's own code)": 1.5, "propagation (baggage, W3C trace context)": 1.4},
+            {"roles.py:open_span -> sdk:start_span": 0.1},
+            {"plan.py:wrapper": (0.1, 1.0, 12.0)},
+        ),
+    ]
+    text = whole_run.report(whole_run.FULL, collections, spans, ["- Machine: test"], False, False, 60.0, profiles)
+    assert "| full | " in text and "full / contrib" in text and "contrib / none" in text
+    assert "1.043 / 1.050 / 1.057" in text  # full / contrib wall, min / median / max of 7.3/7 and 7.4/7
+    assert "**The package's share**" in text and "3.0 more spans" in text
+    assert "| `gym.verify` | 0.00 | 3.00 |" in text
+    assert "**Breakdown of the servers' share**" in text and "`plan.py:wrapper`" in text
+    assert "Measured on a busy machine" not in text
