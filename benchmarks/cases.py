@@ -572,10 +572,9 @@ class _CountingHandler(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int, int, int]:
-    """Bytes still allocated after ``rows`` were dispatched under ``capacity``, once folded into the
-    memory (as a health pass reads it: the most it holds); of which in linkage.py; evictions; and the
-    bytes while still queued, as during the run."""
+def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """Bytes still allocated after ``rows`` were dispatched under ``capacity``, every batch folded
+    into the memory; of which in linkage.py; evictions."""
     import gym_instrument.linkage as linkage
     from gym_instrument.plan import ENGINE
 
@@ -593,9 +592,7 @@ def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int,
                 start = tracemalloc.take_snapshot()
                 for row in rows:
                     send_row(row)
-                gc.collect()
-                queued = tracemalloc.take_snapshot()
-                remembered, evictions = len(ENGINE.links), ENGINE.links.evictions  # folds the queue
+                remembered, evictions = len(ENGINE.links), ENGINE.links.evictions  # folds the last batch
                 gc.collect()
                 end = tracemalloc.take_snapshot()
             finally:
@@ -609,8 +606,7 @@ def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int,
                     start.filter_traces([tracemalloc.Filter(True, linkage.__file__)]), "filename"
                 )
             )
-            total_queued = sum(stat.size_diff for stat in queued.compare_to(start, "filename"))
-            return total, in_linkage, evictions, total_queued
+            return total, in_linkage, evictions
     finally:
         provider.shutdown()
 
@@ -622,16 +618,15 @@ def case_e(sizes: Sizes) -> list[Row]:
     try:
         rows = workload.make_rows(sizes.dispatches)
         fewer = rows[: 10 * sizes.small_capacity]
-        per_entry, per_entry_linkage, per_entry_queued = [], [], []
+        per_entry, per_entry_linkage = [], []
         bounded, bounded_linkage, bounded_fewer, evictions = [], [], [], []
         for _ in range(sizes.memory_rounds):
-            total, in_linkage, _, total_queued = retained_bytes(sizes.capacity, rows)
+            total, in_linkage, _ = retained_bytes(sizes.capacity, rows)
             per_entry.append(total / len(rows))
             per_entry_linkage.append(in_linkage / len(rows))
-            per_entry_queued.append(total_queued / len(rows))
-            total, _, _, _ = retained_bytes(sizes.small_capacity, fewer)
+            total, _, _ = retained_bytes(sizes.small_capacity, fewer)
             bounded_fewer.append(total)
-            total, in_linkage, evicted, _ = retained_bytes(sizes.small_capacity, rows)
+            total, in_linkage, evicted = retained_bytes(sizes.small_capacity, rows)
             bounded.append(total)
             bounded_linkage.append(in_linkage)
             evictions.append(evicted)
@@ -643,10 +638,9 @@ def case_e(sizes: Sizes) -> list[Row]:
         Row(
             "E",
             f"memory: bytes retained per remembered dispatch span context, {sizes.dispatches:,} dispatches, "
-            f"capacity {sizes.capacity:,}, once folded as a health pass reads them (tracemalloc, whole process)",
+            f"capacity {sizes.capacity:,} (tracemalloc, whole process)",
             f"{_fmt(statistics.median(per_entry), 1)} B/entry",
-            f"of which linkage.py: {_fmt(statistics.median(per_entry_linkage), 1)} B; "
-            f"while queued during the run: {_fmt(statistics.median(per_entry_queued), 1)} B/entry",
+            f"of which linkage.py: {_fmt(statistics.median(per_entry_linkage), 1)} B",
             "B/entry",
             per_entry,
             "<= 150 B",

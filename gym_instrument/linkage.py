@@ -9,9 +9,9 @@ up. ``dict`` order alone would not do: popping its first key scans past every de
 
 A dispatch that ends is packed at once (its key and its packed int, the objects the memory keeps:
 its span context is not held) and queued (one append, no lock). The queue is folded into the
-memory when something reads it (a verdict's lookup, its size) or when it would pass the capacity,
-in the order the dispatches ended: during a run that is nothing more per dispatch, and the
-health pass, which reads them all, folds them in one go.
+memory in batches, before anything reads it (a verdict's lookup, its size) and at capacity, in
+the order the dispatches ended. Folding only when read would take a little off each dispatch
+and put it all on the health pass (100,000 verdicts: 1.05x -> 1.12x bare spans, benchmark D).
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ class DispatchLinks:
     Thread-safe (one lock; no awaits inside), so asyncio tasks, threads and the worker thread
     a health pass runs in can share it. ``on_evicted(count)`` is told of evictions.
     """
+
+    FOLD_AT = 512  # queued dispatches folded at once
 
     def __init__(self, capacity: int, on_evicted: Callable[[int], None] | None = None) -> None:
         if capacity < 1:
@@ -130,8 +132,8 @@ class DispatchLinks:
             queue.append((packed << _KEY_BITS) | (rollout_index << 40) | (task_index ^ rollout_index))  # type: ignore[operator]  # atomic: no lock
         else:
             queue.append((key, packed))
-        if self._size + len(queue) > self.capacity:
-            self.fold()  # at capacity at once, so that eviction (and its warning) is not late
+        if len(queue) >= self.FOLD_AT or self._size + len(queue) > self.capacity:
+            self.fold()  # in batches; at capacity at once, so that eviction (and its warning) is not late
 
     def fold(self) -> None:
         """Move every queued dispatch into the memory, oldest first, evicting at capacity."""

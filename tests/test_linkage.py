@@ -268,7 +268,7 @@ def test_links_are_bounded_and_thread_safe() -> None:
 
 
 def test_links_find_every_dispatch_across_batches_keys_and_retries() -> None:
-    """Dispatches are queued and folded when first read: each verdict still finds exactly its own latest attempt."""
+    """Dispatches are queued and folded in batches: each verdict still finds exactly its own latest attempt."""
     from opentelemetry.trace import SpanContext, TraceFlags
 
     links = DispatchLinks(1_000_000)
@@ -284,6 +284,7 @@ def test_links_find_every_dispatch_across_batches_keys_and_retries() -> None:
             context = SpanContext(trace_id, span_id, False, TraceFlags(span_id % 2))
             links.remember(context, task, rollout, attempt, None)
             expected[(task, rollout)] = (trace_id, span_id, span_id % 2)
+    assert 2 * len(identities) > 3 * DispatchLinks.FOLD_AT  # several batches, and retries within one
     assert len(links) == len(identities)
     for (task, rollout), (trace_id, span_id, sampled) in expected.items():
         link = links.take(f"{task}-{rollout}", task, rollout)
