@@ -46,7 +46,6 @@ import platform
 import pstats
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -63,7 +62,7 @@ REPO = HERE.parent
 E2E_DIR = REPO / "e2e"
 sys.path.insert(0, str(E2E_DIR))
 
-from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, wait_for  # noqa: E402
+from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, run_main, wait_for  # noqa: E402
 from releases import RELEASES  # noqa: E402
 
 sys.path.insert(0, str(HERE))
@@ -961,14 +960,6 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-class Stopped(BaseException):
-    """SIGTERM or SIGHUP: unwind so that every started process is stopped."""
-
-
-def _stop_on_signal(signum: int, frame: object) -> None:
-    raise Stopped(signal.Signals(signum).name)
-
-
 def run(options: argparse.Namespace) -> int:
     global WORK
     WORK = WORK_ROOT / ("profile" if options.profile else "timed")
@@ -1110,17 +1101,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(options.configurations) - set(CONFIGURATIONS)
     if unknown:
         parser.error(f"unknown configuration(s) {sorted(unknown)}")
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stop_on_signal)
-    try:
-        return run(options)
-    except E2EFailure as error:
-        log(f"FAILED: {error}")
-        log(f"logs are in {WORK}")
-        return 1
-    except (KeyboardInterrupt, Stopped) as stop:
-        log(f"interrupted ({stop or 'SIGINT'}); everything this run started has been stopped")
-        return 130
+    return run_main(lambda: run(options), lambda: WORK)
 
 
 if __name__ == "__main__":

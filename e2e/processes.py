@@ -190,3 +190,29 @@ def exited(process: subprocess.Popen, name: str, log_path: Path) -> Callable[[],
         return f"{name} exited with code {process.returncode}; log: {log_path}\n{tail(log_path)}"
 
     return check
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind so that every started process is stopped."""
+
+
+def _stop_on_signal(signum: int, frame: object) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def run_main(run: Callable[[], int], logs: Callable[[], Path] | None = None) -> int:
+    """A runner's exit code: ``run()``'s; 1 when an :class:`E2EFailure` says what failed (and where
+    ``logs()`` says the logs are, asked then: a run may choose its folder); 130 when interrupted
+    (Ctrl-C, SIGTERM, SIGHUP), everything started being stopped on the way out."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on_signal)
+    try:
+        return run()
+    except E2EFailure as error:
+        log(f"FAILED: {error}")
+        if logs is not None:
+            log(f"logs are in {logs()}")
+        return 1
+    except (KeyboardInterrupt, Stopped) as stop:
+        log(f"interrupted ({stop or 'SIGINT'}); everything this run started has been stopped")
+        return 130

@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,7 @@ sys.path.insert(0, str(E2E_DIR))
 
 import checks  # noqa: E402
 from otlp_json import read_received  # noqa: E402
-from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, tail, wait_for  # noqa: E402
+from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, run_main, tail, wait_for  # noqa: E402
 from releases import RELEASES, Pass, Release  # noqa: E402
 
 WORK = REPO / ".e2e-work"
@@ -67,14 +66,6 @@ TIMEOUT_SERVERS_READY = 300
 TIMEOUT_COLLECTION = 300
 TIMEOUT_SPANS = 60
 TIMEOUT_STOP = 20
-
-
-class Stopped(BaseException):
-    """SIGTERM or SIGHUP arrived: unwind so that every started process is stopped."""
-
-
-def _stop_on_signal(signum: int, frame: object) -> None:
-    raise Stopped(signal.Signals(signum).name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -601,17 +592,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="rollouts in flight at once (default 4)")
     parser.add_argument("--write-excerpt", action="store_true", help=f"refresh {EXCERPT.relative_to(REPO)} after a passing run")
     args = parser.parse_args()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stop_on_signal)
-    try:
-        return run(args)
-    except E2EFailure as error:
-        log(f"FAILED: {error}")
-        log(f"logs are in {WORK}")
-        return 1
-    except (KeyboardInterrupt, Stopped) as stop:
-        log(f"interrupted ({stop or 'SIGINT'}); everything this run started has been stopped")
-        return 130
+    return run_main(lambda: run(args), lambda: WORK)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -41,7 +40,7 @@ sys.path.insert(0, str(E2E_DIR))
 
 from checks import DISPATCH_SPAN, REWARD, ROLLOUT_ID, TASK_ID, TASK_INDEX, VERIFY_SPAN, Report, _ancestry, rewarded_counter_total  # noqa: E402
 from otlp_json import Received, Span, read_received  # noqa: E402
-from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, tail, wait_for  # noqa: E402
+from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, run_main, tail, wait_for  # noqa: E402
 
 WORK = REPO / ".e2e-work" / "verifiers"
 VENV = REPO / ".venv-e2e-verifiers"
@@ -57,14 +56,6 @@ NUM_TASKS = 5
 NUM_REPEATS = 3
 TIMEOUT_EVAL = 300
 TIMEOUT_SPANS = 60
-
-
-class Stopped(BaseException):
-    """SIGTERM or SIGHUP arrived: unwind so that every started process is stopped."""
-
-
-def _stop_on_signal(signum: int, frame: object) -> None:
-    raise Stopped(signal.Signals(signum).name)
 
 
 def find_python() -> str:
@@ -379,16 +370,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=NUM_REPEATS, help=f"episodes per task (default {NUM_REPEATS})")
     args = parser.parse_args()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stop_on_signal)
-    try:
-        return run(args)
-    except E2EFailure as error:
-        log(f"FAILED: {error}")
-        return 1
-    except (KeyboardInterrupt, Stopped) as stop:
-        log(f"interrupted ({stop or 'SIGINT'}); everything this run started has been stopped")
-        return 130
+    return run_main(lambda: run(args))
 
 
 if __name__ == "__main__":
