@@ -36,6 +36,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from gym_instrument import GymInstrumentor, Target, semconv
 from gym_instrument.linkage import DispatchLinks
 from gym_instrument.presets.nemo_gym_schema import SCHEMA
+from gym_instrument.schema import RolloutIdentity
 from gym_instrument.targets import ArgLocator
 
 HERE = Path(__file__).resolve().parent
@@ -572,11 +573,18 @@ class _CountingHandler(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int, int]:
-    """Bytes still allocated after ``rows`` were dispatched under ``capacity``, every batch folded
-    into the memory; of which in linkage.py; evictions."""
+def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int, int, int, int]:
+    """Bytes still allocated after ``rows`` were dispatched under ``capacity``, as the run holds them
+    (nothing has read the memory yet), of which in linkage.py; the same two after a read has built
+    the lookup index (its size asked, as a health pass's first lookup does); evictions."""
     import gym_instrument.linkage as linkage
     from gym_instrument.plan import ENGINE
+
+    def retained(end: tracemalloc.Snapshot, start: tracemalloc.Snapshot, only_linkage: bool = False) -> int:
+        if only_linkage:
+            keep = [tracemalloc.Filter(True, linkage.__file__)]
+            end, start = end.filter_traces(keep), start.filter_traces(keep)
+        return sum(stat.size_diff for stat in end.compare_to(start, "filename"))
 
     provider, _ = sdk()
     try:
@@ -592,21 +600,22 @@ def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int,
                 start = tracemalloc.take_snapshot()
                 for row in rows:
                     send_row(row)
-                remembered, evictions = len(ENGINE.links), ENGINE.links.evictions  # folds the last batch
                 gc.collect()
-                end = tracemalloc.take_snapshot()
+                during = tracemalloc.take_snapshot()
+                remembered, evictions = len(ENGINE.links), ENGINE.links.evictions  # builds the index
+                gc.collect()
+                after_read = tracemalloc.take_snapshot()
             finally:
                 tracemalloc.stop()
             if remembered != min(capacity, len(rows)):
                 raise AssertionError(f"E: {remembered} remembered after {len(rows)} dispatches, capacity {capacity}")
-            total = sum(stat.size_diff for stat in end.compare_to(start, "filename"))
-            in_linkage = sum(
-                stat.size_diff
-                for stat in end.filter_traces([tracemalloc.Filter(True, linkage.__file__)]).compare_to(
-                    start.filter_traces([tracemalloc.Filter(True, linkage.__file__)]), "filename"
-                )
+            return (
+                retained(during, start),
+                retained(during, start, True),
+                retained(after_read, start),
+                retained(after_read, start, True),
+                evictions,
             )
-            return total, in_linkage, evictions
     finally:
         provider.shutdown()
 
@@ -618,15 +627,16 @@ def case_e(sizes: Sizes) -> list[Row]:
     try:
         rows = workload.make_rows(sizes.dispatches)
         fewer = rows[: 10 * sizes.small_capacity]
-        per_entry, per_entry_linkage = [], []
+        per_entry, per_entry_linkage, per_entry_read = [], [], []
         bounded, bounded_linkage, bounded_fewer, evictions = [], [], [], []
         for _ in range(sizes.memory_rounds):
-            total, in_linkage, _ = retained_bytes(sizes.capacity, rows)
+            total, in_linkage, read, _, _ = retained_bytes(sizes.capacity, rows)
             per_entry.append(total / len(rows))
             per_entry_linkage.append(in_linkage / len(rows))
-            total, _, _ = retained_bytes(sizes.small_capacity, fewer)
+            per_entry_read.append(read / len(rows))
+            _, _, total, _, _ = retained_bytes(sizes.small_capacity, fewer)
             bounded_fewer.append(total)
-            total, in_linkage, evicted = retained_bytes(sizes.small_capacity, rows)
+            _, _, total, in_linkage, evicted = retained_bytes(sizes.small_capacity, rows)
             bounded.append(total)
             bounded_linkage.append(in_linkage)
             evictions.append(evicted)
@@ -638,9 +648,10 @@ def case_e(sizes: Sizes) -> list[Row]:
         Row(
             "E",
             f"memory: bytes retained per remembered dispatch span context, {sizes.dispatches:,} dispatches, "
-            f"capacity {sizes.capacity:,} (tracemalloc, whole process)",
+            f"capacity {sizes.capacity:,} (tracemalloc, whole process), as the run holds them",
             f"{_fmt(statistics.median(per_entry), 1)} B/entry",
-            f"of which linkage.py: {_fmt(statistics.median(per_entry_linkage), 1)} B",
+            f"of which linkage.py: {_fmt(statistics.median(per_entry_linkage), 1)} B; once a read has built the lookup "
+            f"index (a health pass), until verdicts find them: {_fmt(statistics.median(per_entry_read), 1)} B",
             "B/entry",
             per_entry,
             "<= 150 B",
@@ -825,7 +836,8 @@ def case_parts(sizes: Sizes) -> list[Row]:
     def remember(prepared: tuple[DispatchLinks, int]) -> float:
         links, first = prepared
         indices = range(first, first + sizes.calls)
-        return per_call_us(lambda index: links.remember(span_context, index, 0, None, None), indices)
+        identities = [RolloutIdentity(task_index=index, rollout_index=0) for index in indices]
+        return per_call_us(lambda identity: links.remember(span_context, identity), identities)
 
     pieces: list[tuple[str, str, Callable[[Any], Any], Callable[[Any], Any] | None, Sequence[Any]]] = [
         (

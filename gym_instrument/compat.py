@@ -12,6 +12,7 @@ changes is tested today.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -210,11 +211,15 @@ def span_context(trace_id: int, span_id: int, sampled: bool) -> SpanContext:
     return SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_flags=_TRACE_FLAGS[sampled])
 
 
-def span_context_ids(span_context: SpanContext) -> tuple[int, int, int]:
-    """(trace id, span id, trace flags) of a span context."""
-    if SPAN_CONTEXT_IS_TUPLE:
-        return span_context[0], span_context[1], span_context[3]
-    return span_context.trace_id, span_context.span_id, span_context.trace_flags
+# Readers of a span context's trace id, span id and trace flags, for C-level maps over many of them.
+if SPAN_CONTEXT_IS_TUPLE:
+    trace_id_of: Callable[[SpanContext], int] = operator.itemgetter(0)
+    span_id_of: Callable[[SpanContext], int] = operator.itemgetter(1)
+    trace_flags_of: Callable[[SpanContext], int] = operator.itemgetter(3)
+else:
+    trace_id_of = operator.attrgetter("trace_id")
+    span_id_of = operator.attrgetter("span_id")
+    trace_flags_of = operator.attrgetter("trace_flags")
 
 
 _TRACE_FLAGS = (TraceFlags(0), TraceFlags(1))

@@ -391,13 +391,7 @@ class Active:
                     identity = self.identity
                     # identity None: the row could not be read, and nothing names the rollout.
                     if identity is not None:
-                        setup.links.remember(
-                            span.get_span_context(),
-                            identity.task_index,
-                            identity.rollout_index,
-                            identity.attempt,
-                            identity.rollout_id if identity.custom_id else None,
-                        )
+                        setup.links.remember(span.get_span_context(), identity)
                 outcome = _OUTCOME_OK
             else:
                 cancelled = isinstance(exception, _CANCELLATION)

@@ -320,13 +320,7 @@ class Replayer:
             return  # as live: a failed dispatch is not remembered for a verdict
         dispatch.end(end_time=end)
         if links is not None:
-            links.remember(
-                dispatch.get_span_context(),
-                identity.task_index,
-                identity.rollout_index,
-                identity.attempt,
-                identity.rollout_id if identity.custom_id else None,
-            )
+            links.remember(dispatch.get_span_context(), identity)
 
     def _verdicts(self, path: Path, links: DispatchLinks) -> None:
         when = path.stat().st_mtime_ns

@@ -12,6 +12,7 @@ import pytest
 
 from gym_instrument import semconv
 from gym_instrument.linkage import DispatchLinks
+from gym_instrument.schema import RolloutIdentity
 from tests.conftest import load_jsonl
 
 
@@ -253,7 +254,7 @@ def test_links_are_bounded_and_thread_safe() -> None:
     def remember(thread: int) -> None:
         for index in range(5000):
             context = SpanContext(thread + 1, index + 1, False, TraceFlags(1))
-            links.remember(context, thread, index, None, None)
+            links.remember(context, RolloutIdentity(task_index=thread, rollout_index=index))
 
     threads = [threading.Thread(target=remember, args=(n,)) for n in range(4)]
     for thread in threads:
@@ -282,9 +283,9 @@ def test_links_find_every_dispatch_across_batches_keys_and_retries() -> None:
             span_id += 1
             trace_id = (task * 7919 + rollout) % (2**128 - 1) + 1
             context = SpanContext(trace_id, span_id, False, TraceFlags(span_id % 2))
-            links.remember(context, task, rollout, attempt, None)
+            links.remember(context, RolloutIdentity(task_index=task, rollout_index=rollout, attempt=attempt))
             expected[(task, rollout)] = (trace_id, span_id, span_id % 2)
-    assert 2 * len(identities) > 3 * DispatchLinks.FOLD_AT  # several batches, and retries within one
+    assert 2 * len(identities) > 3 * DispatchLinks.BATCH  # several batches, and retries within one
     assert len(links) == len(identities)
     for (task, rollout), (trace_id, span_id, sampled) in expected.items():
         link = links.take(f"{task}-{rollout}", task, rollout)
@@ -405,8 +406,79 @@ def test_an_empty_health_pass_takes_nothing_with_custom_ids_remembered() -> None
     from opentelemetry.trace import SpanContext, TraceFlags
 
     links = DispatchLinks(10)
-    links.remember(SpanContext(1, 2, False, TraceFlags(1)), 3, 0, None, "custom-3")
+    links.remember(
+        SpanContext(1, 2, False, TraceFlags(1)),
+        RolloutIdentity(task_index=3, rollout_index=0, rollout_id="custom-3", custom_id=True),
+    )
     assert links.take_many([]) == []
     assert len(links) == 1
     link = links.take("custom-3", None, None)
     assert link is not None and link.rollout_id == "custom-3" and link.span_context.span_id == 2
+
+
+def _context(number: int) -> Any:
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    return SpanContext(number * 7919 + 1, number + 1, False, TraceFlags(1))
+
+
+def test_a_retry_without_an_attempt_index_replaces_the_first_across_batches() -> None:
+    """The usual keys (indices alone) are indexed in bulk: the later of two dispatches of one rollout
+    wins, in one batch and across batches, and the earlier one is found by nothing."""
+    links = DispatchLinks(1_000_000)
+    rollouts = [(task, rollout) for task in range(300) for rollout in range(2)]
+    for number, (task, rollout) in enumerate(rollouts + rollouts):  # 1,200 dispatches: three batches
+        links.remember(_context(number), RolloutIdentity(task_index=task, rollout_index=rollout))
+    assert len(links) == len(rollouts)
+    found = links.take_many([(None, task, rollout) for task, rollout in rollouts])
+    assert [link.span_context.span_id for link in found if link is not None] == [
+        len(rollouts) + number + 1 for number in range(len(rollouts))
+    ]
+    assert links.take_many([(None, task, rollout) for task, rollout in rollouts]) == [None] * len(rollouts)
+
+
+def test_a_batch_that_gets_a_custom_id_keeps_finding_its_plain_dispatches() -> None:
+    """A batch of plain keys that then receives a dispatch with a custom id and one with an attempt
+    (after a read indexed the first part) still finds every one of them, each by its own name."""
+    links = DispatchLinks(1_000_000)
+    links.remember(_context(1), RolloutIdentity(task_index=1, rollout_index=0))
+    assert len(links) == 1  # indexed while the batch is still appended to
+    links.remember(_context(2), RolloutIdentity(task_index=2, rollout_index=0, rollout_id="alpha", custom_id=True))
+    links.remember(_context(3), RolloutIdentity(task_index=3, rollout_index=1, attempt=2))
+    links.remember(_context(4), RolloutIdentity(task_index=4, rollout_index=0))
+    assert len(links) == 4
+    alpha, retried, plain_first, plain_last = (
+        links.take("alpha", None, None),
+        links.take(None, 3, 1),
+        links.take(None, 1, 0),
+        links.take("4-0", 4, 0),
+    )
+    assert alpha is not None and (alpha.rollout_id, alpha.span_context.span_id) == ("alpha", 3)
+    assert retried is not None and (retried.rollout_id, retried.span_context.span_id) == ("3-1-a2", 4)
+    assert plain_first is not None and (plain_first.rollout_id, plain_first.span_context.span_id) == ("1-0", 2)
+    assert plain_last is not None and plain_last.span_context.trace_id == 4 * 7919 + 1
+    assert len(links) == 0
+
+
+def test_capacity_keeps_the_last_dispatches_that_ended() -> None:
+    """Capacity counts the dispatches that ended last, found or not: one found by its verdict still
+    takes its place until newer ones push it out, and only a dispatch nothing had found or replaced
+    counts as evicted."""
+    links = DispatchLinks(3)
+    for rollout in range(3):
+        links.remember(_context(rollout), RolloutIdentity(task_index=0, rollout_index=rollout))
+    assert links.take(None, 0, 1) is not None  # found: it stays held, findable by nothing
+    links.remember(_context(3), RolloutIdentity(task_index=0, rollout_index=3))
+    assert (len(links), links.evictions) == (2, 1)  # 0-0 went, counted; 0-1 is still held
+    links.remember(_context(4), RolloutIdentity(task_index=0, rollout_index=4))
+    assert (len(links), links.evictions) == (3, 1)  # 0-1 went: it had been found, so no eviction
+    assert [link is not None for link in links.take_many([(None, 0, r) for r in range(5)])] == [False, False, True, True, True]
+
+
+def test_letting_go_a_replaced_dispatch_keeps_its_retry() -> None:
+    links = DispatchLinks(3)
+    for number, rollout in enumerate((0, 0, 1, 2)):  # 0-0 twice: the retry replaces the first
+        links.remember(_context(number), RolloutIdentity(task_index=0, rollout_index=rollout))
+    assert (len(links), links.evictions) == (3, 0)  # the first 0-0 went, but nothing could find it any more
+    retry = links.take(None, 0, 0)
+    assert retry is not None and retry.span_context.span_id == 2
