@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 from opentelemetry import context
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from gym_instrument import compat, semconv
 from gym_instrument.compat import attach, current_context, detach
@@ -119,6 +119,7 @@ class Engine:
 
 
 ENGINE = Engine()
+_INTERNAL = SpanKind.INTERNAL
 
 
 class Plan:
@@ -134,6 +135,7 @@ class Plan:
         "counts_outcome",
         "counts_reward",
         "defaults",
+        "direct",
         "emits",
         "end_extractors",
         "find_row",
@@ -150,6 +152,7 @@ class Plan:
         "role",
         "role_name",
         "schema",
+        "span_name",
         "spans",
         "start_attributes",
         "start_extractors",
@@ -186,6 +189,8 @@ class Plan:
         self.binds_instance = binds_instance
         self.spans = role.span_name is not None
         self.adopts = role.span_name in schema.framework_spans
+        self.span_name = role.span_name
+        self.direct = self.spans and not self.adopts  # a plain span when no job is set (Role.open_span)
         self.framework = target.framework  # nemo.gym.framework on its spans, when its target names one
         self.argument_locators: dict[str, ArgLocator] = {}  # Call.argument's, made on first use
         self.use_extractors(extractors, defaults)
@@ -287,7 +292,10 @@ class Plan:
                         if extracted is not None and extracted != rollout_id:
                             rollout_id = extracted
                             active.identity = named_identity(active.identity, extracted)
-                span = active.span = self.open_span(self, tracer, setup, current, attributes)
+                if self.direct and setup.job is None:
+                    span = active.span = tracer.start_span(self.span_name, current, _INTERNAL, attributes)
+                else:
+                    span = active.span = self.open_span(self, tracer, setup, current, attributes)
         except Exception:
             FAILURES.failed("start of", role)
             return None

@@ -68,7 +68,11 @@ class Role:
 
     def open_span(self, plan: Plan, tracer: trace.Tracer, setup: Setup, current: Context, attributes: dict[str, Any]) -> Span:
         """The call's span: a new one, or the framework's own span of the same name that it runs in
-        (when the target's schema says its framework makes one)."""
+        (when the target's schema says its framework makes one).
+
+        The engine calls it only when the schema says so or the process runs for a job (TRACEPARENT);
+        otherwise it starts the plain span itself (``tracer.start_span`` of the role's span name in the
+        call's context, kind INTERNAL, with the start attributes): one call less on every call."""
         outer = framework_span(current, self.span_name) if plan.adopts and current else None  # type: ignore[arg-type]
         if outer is not None:
             if attributes:
