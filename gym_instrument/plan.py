@@ -293,7 +293,7 @@ class Plan:
                             rollout_id = extracted
                             active.identity = named_identity(active.identity, extracted)
                 if self.direct and setup.job is None:
-                    span = active.span = tracer.start_span(self.span_name, current, _INTERNAL, attributes)
+                    span = active.span = tracer.start_span(self.span_name, current, _INTERNAL, attributes)  # type: ignore[arg-type]  # (a role with a span has its name)
                 else:
                     span = active.span = self.open_span(self, tracer, setup, current, attributes)
         except Exception:
