@@ -77,10 +77,11 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
 - **E.** Real instrumented dispatches with `SimpleSpanProcessor` into a null exporter; `tracemalloc`
   runs from before the first dispatch to after the last (and a `gc.collect()`), so the figure is
   every byte still allocated anywhere in the process. First row: divided by the entries
-  remembered. Second row: a capacity of 1,000, measured after 10,000 and after 100,000 dispatches;
-  the oldest entries are evicted and the total does not grow. Under that insert-and-evict churn a
-  CPython dict keeps a table of about three times its live entries, so an entry held at capacity
-  costs more than one in a dict that only grew (the B per entry held is shown in the row).
+  remembered, as the run holds them (columns: nothing has read the memory yet); beside it, the
+  same once a read has built the lookup index (the first lookup of a health pass), which lasts
+  until verdicts have found their dispatches. Second row: a capacity of 1,000, measured after
+  10,000 and after 100,000 dispatches (at capacity the index is always built); the oldest entries
+  are let go and the total does not grow.
 - **parts.** The pieces of an instrumented call one at a time, each beside the 5% of an inline
   span that goal A leaves for everything the instrumentation adds: wrapt's dispatch through a
   wrapper that only passes the call on, the row's identity against the inline attribute code,
@@ -209,8 +210,8 @@ def unmet(rows: list[Row]) -> str:
                 pieces.append(f"wrapt's dispatch through a wrapper that does nothing ({wrapt_function.median:.2f} us)")
             if remember is not None and "default configuration" in row.measured:
                 inside = (
-                    f"{remember_in_run.median:.2f} us inside a traced run, where what it keeps takes memory the "
-                    "span's own short-lived objects would otherwise reuse"
+                    f"{remember_in_run.median:.2f} us inside a traced run, where every step of it costs more than "
+                    "alone, the caches being full of the span's own work"
                     if remember_in_run is not None
                     else "more inside a run"
                 )
