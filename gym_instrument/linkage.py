@@ -1,15 +1,18 @@
 """The bounded memory that lets a health verdict find its (already ended) dispatch span.
 
-A dispatch that ends is appended, its span context and a key, to a pending list: one
-``list.extend`` of two references, no lock, nothing computed but the key. Every ``BATCH`` of
-them are sealed at once into columns (trace ids as 16 bytes each, span ids in an ``array``,
-trace flags as a byte, keys in an ``array`` when they are plain ints), with C-level maps, and
-the span contexts are let go: about 33 bytes per dispatch held, whatever the run's length.
+A dispatch that ends is appended, its span context and its rollout identity, to a pending list:
+one ``list.extend`` of two references, no lock, nothing computed. Every ``BATCH`` of them (or
+sooner, at capacity or when something reads) are moved into a batch of columns with C-level maps
+(trace ids as 16 bytes each, span ids in an ``array``, trace flags as a byte, task and rollout
+indices in arrays, or the keys themselves for the unusual ones), and the span contexts and
+identities are let go: about 40 bytes per dispatch held, whatever the run's length. A batch is
+appended to until it holds ``BATCH`` dispatches.
 
 The lookup index (key -> sequence number) is built only when something reads the memory (a
-verdict's lookup, its size) or when it is full, from the sealed columns at C speed for the usual
-keys. Remembering stays an append on the dispatch's path; the index costs a health pass about
-0.1 us per dispatch.
+verdict's lookup, its size) or when it is full, from the columns at C speed for the usual keys,
+and dropped when every dispatch in it has been found. Remembering stays an append on the
+dispatch's path; the index costs a health pass about 0.2 us per dispatch, and about 115 bytes per
+dispatch until its verdict finds it.
 
 Keys: a small int for the usual ``(task index, rollout index)`` identity; a tuple for a dispatch
 with an attempt or a custom rollout id (found by its indices too, when it has them). A later
@@ -54,7 +57,7 @@ def _index_key(task_index: int, rollout_index: int) -> int:
     # index only in the low bits (task << 16 | rollout), a run's keys shared a handful of slots
     # and every insert walked a long probe chain (remembering a dispatch cost 2-3x more).
     if rollout_index < _SMALL_ROLLOUT and task_index < _SMALL_TASK:
-        return (rollout_index << 40) | (task_index ^ rollout_index)  # (written out in remember and take_many too)
+        return (rollout_index << 40) | (task_index ^ rollout_index)  # (written out in _Batch.primaries and take_many too)
     return -(((task_index << 64) | rollout_index) + 1)
 
 
@@ -188,7 +191,7 @@ class DispatchLinks:
     share it. ``on_evicted(count)`` is told of evictions.
     """
 
-    BATCH = 1 << _BATCH_BITS  # pending dispatches sealed into columns at once
+    BATCH = 1 << _BATCH_BITS  # dispatches in a batch, and pending ones moved into the batches at once
 
     def __init__(self, capacity: int, on_evicted: Callable[[int], None] | None = None) -> None:
         if capacity < 1:
@@ -207,8 +210,8 @@ class DispatchLinks:
         self._oldest = 0  # number of the oldest batch held
         self._next = 0  # number the next sealed batch gets
         self._index_next = 0  # dispatches of lower sequence numbers are in the index
-        self._held = 0  # sealed dispatches held
-        self._seal_at = 2 * min(self.BATCH, self.capacity + 1)  # pending length that seals (2 per dispatch)
+        self._held = 0  # dispatches held in the batches
+        self._seal_at = self._pending_length_that_seals()
         self._index: dict[int | str, int] = {}  # primary key -> sequence number, of every dispatch not yet found or replaced
         # For dispatches with both indices and a custom id (the index key is then primary):
         self._custom_of_index: dict[int, str] = {}
@@ -267,8 +270,13 @@ class DispatchLinks:
         evicted = 0
         if self._held > self.capacity:
             evicted = self._let_go(self._held - self.capacity)
-        self._seal_at = 2 * min(full, self.capacity - self._held + 1)
+        self._seal_at = self._pending_length_that_seals()
         return evicted
+
+    def _pending_length_that_seals(self) -> int:
+        """A batch's worth of pending dispatches, or one more than capacity leaves room for (so that an
+        eviction and its warning are not late); two list items each."""
+        return 2 * min(self.BATCH, self.capacity - self._held + 1)
 
     def _index_everything(self) -> int:
         """Move what is pending into the batches and index every dispatch; how many were evicted."""
