@@ -59,11 +59,6 @@ def _guard_key(role: Role) -> str:
 
 _CANCELLATION = (asyncio.CancelledError, GeneratorExit)
 
-# Metric attributes per outcome, built once (never mutated: instruments only read them).
-_OUTCOME_OK = {semconv.OUTCOME: semconv.OUTCOME_OK}
-_OUTCOME_ERROR = {semconv.OUTCOME: semconv.OUTCOME_ERROR}
-_OUTCOME_CANCELLED = {semconv.OUTCOME: semconv.OUTCOME_CANCELLED}
-
 
 class Setup:
     """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting,
@@ -389,10 +384,11 @@ class Active:
             if attributes:
                 span.set_attributes(attributes)
             setup = self.setup
+            tallies = setup.recorder.tallies
             if failed_as is not None:  # a failure that came back as data (extract's convention)
                 span.set_status(Status(StatusCode.ERROR, str(failed_as)))
                 span.end()
-                outcome = _OUTCOME_ERROR
+                outcome = tallies.error
             elif exception is None:
                 span.end()
                 if plan.remembers and setup.remembers:
@@ -400,15 +396,15 @@ class Active:
                     # identity None: the row could not be read, and nothing names the rollout.
                     if identity is not None:
                         setup.links.remember(span.get_span_context(), identity)
-                outcome = _OUTCOME_OK
+                outcome = tallies.ok
             else:
                 cancelled = isinstance(exception, _CANCELLATION)
                 setup.recorder.end_span(span, exception, cancelled)
-                outcome = _OUTCOME_CANCELLED if cancelled else _OUTCOME_ERROR
+                outcome = tallies.cancelled if cancelled else tallies.error
             if plan.counts_reward and attributes and semconv.ROLLOUT_REWARD in attributes:
-                setup.recorder.count(semconv.METRIC_REWARDED)
+                next(tallies.rewarded)  # (Tally: one C-level call, read by the observable counter)
             if plan.counts_outcome:
-                setup.recorder.count(semconv.METRIC_DISPATCHES, outcome)
+                next(outcome)
         except Exception:
             FAILURES.failed("end of role", plan.role)
             if span is not None:

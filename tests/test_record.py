@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
-from gym_instrument import semconv
+from gym_instrument import GymInstrumentor, semconv
 from gym_instrument.record import clean_value
 
 
@@ -71,3 +76,62 @@ def test_values_an_exporter_cannot_encode_are_dropped_or_converted() -> None:
     assert clean_value([1, 2**64]) is None
     assert clean_value({"a": 1}) is None and clean_value(object()) is None and clean_value(b"bytes") is None
     assert clean_value(True) is True and clean_value(1.5) == 1.5
+
+
+SEND = "def send_row(row):\n    return {'reward': 1.0}\n"
+
+
+def test_counts_go_on_across_uninstrument_and_instrument(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    """The counters are cumulative: a second instrument() with the same meter provider counts on from
+    where the first stopped, and what was counted before stays counted."""
+    module = importlib.import_module(make_module(SEND))
+    instrument(targets=[f"{module.__name__}:send_row=dispatch"])
+    for index in range(2):
+        module.send_row({"_ng_task_index": index, "_ng_rollout_index": 0})
+    first = {point.attributes[semconv.OUTCOME]: point.value for point in telemetry.metric_points(semconv.METRIC_DISPATCHES)}
+    GymInstrumentor().uninstrument()
+    module.send_row({"_ng_task_index": 9, "_ng_rollout_index": 0})  # not instrumented: not counted
+    instrument(targets=[f"{module.__name__}:send_row=dispatch"])
+    for index in range(3):
+        module.send_row({"_ng_task_index": index, "_ng_rollout_index": 1})
+    points = {point.attributes[semconv.OUTCOME]: point.value for point in telemetry.metric_points(semconv.METRIC_DISPATCHES)}
+    assert (first, points) == ({"ok": 2}, {"ok": 5})
+
+
+PROXY_SCRIPT = """
+import json
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from gym_instrument import GymInstrumentor
+
+GymInstrumentor().instrument(targets=["loop:send_row=dispatch"], presets="none")  # no provider set yet
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+trace.set_tracer_provider(TracerProvider())
+import loop
+for index in range(3):
+    loop.send_row({"_ng_task_index": index, "_ng_rollout_index": 0})
+points = {}
+for resource in reader.get_metrics_data().resource_metrics:
+    for scope in resource.scope_metrics:
+        for metric in scope.metrics:
+            points[metric.name] = [[dict(p.attributes), p.value] for p in metric.data.data_points]
+print(json.dumps(points))
+"""
+
+
+def test_counts_reach_a_global_meter_provider_set_after_instrument(tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(SEND)
+    process = subprocess.run(
+        [sys.executable, "-c", PROXY_SCRIPT],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert process.returncode == 0, process.stderr
+    points = json.loads(process.stdout.strip().splitlines()[-1])
+    assert points[semconv.METRIC_DISPATCHES] == [[{"outcome": "ok"}, 3]]

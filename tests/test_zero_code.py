@@ -331,3 +331,32 @@ def test_a_bad_config_entry_is_logged_by_variable_target_and_key_and_the_rest_ap
     assert "target 'my_rl.episodes:Grader.grade': end: 'nemo.gym.rollout.reward': path 'score'" in process.stderr
     assert len([span for span in spans if span["name"] == semconv.SPAN_DISPATCH]) == 8  # the good target applies
     assert [span for span in spans if span["name"] == semconv.SPAN_VERIFY] == []
+
+
+def console_metric_points(stdout: str) -> dict[str, dict[tuple[tuple[str, Any], ...], Any]]:
+    """The last value of every metric point the console metric exporter printed, by metric name."""
+    decoder, points, index = json.JSONDecoder(), {}, stdout.find("{")
+    while index != -1:
+        try:
+            value, end = decoder.raw_decode(stdout, index)
+        except json.JSONDecodeError:
+            index = stdout.find("{", index + 1)
+            continue
+        for resource in value.get("resource_metrics", ()) if isinstance(value, dict) else ():
+            for scope in resource["scope_metrics"]:
+                for metric in scope["metrics"]:
+                    for point in metric["data"]["data_points"]:
+                        points.setdefault(metric["name"], {})[tuple(sorted(point["attributes"].items()))] = point["value"]
+        index = stdout.find("{", end)
+    return points
+
+
+def test_metrics_reach_the_launchers_meter_provider(tmp_path: Path) -> None:
+    process, _ = run_instrumented(
+        tmp_path, OTEL_PYTHON_GYM_TARGETS=TARGETS, OTEL_METRICS_EXPORTER="console", OTEL_TRACES_EXPORTER="none"
+    )
+    assert process.returncode == 0, process.stderr
+    points = console_metric_points(process.stdout)
+    assert points[semconv.METRIC_DISPATCHES] == {(("outcome", "ok"),): 4}
+    assert points[semconv.METRIC_REWARDED] == {(): 4}
+    assert points[semconv.METRIC_VERDICTS] == {(("verdict", "healthy"),): 2, (("verdict", "unhealthy"),): 2}
