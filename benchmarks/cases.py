@@ -30,12 +30,16 @@ import workload
 import wrapt
 from opentelemetry import baggage, trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+import gym_instrument
 from gym_instrument import GymInstrumentor, Target, semconv
 from gym_instrument.linkage import DispatchLinks
 from gym_instrument.presets.nemo_gym_schema import SCHEMA
+from gym_instrument.record import tallies_for
 from gym_instrument.schema import RolloutIdentity
 from gym_instrument.targets import ArgLocator
 
@@ -263,7 +267,11 @@ def case_a(sizes: Sizes) -> list[Row]:
 def _case_a(sizes: Sizes, health: bool) -> list[Row]:
     provider, exporter = sdk()
     rows_out: list[Row] = []
-    with instrumented([POST, SEND_ROW, HEALTH] if health else [POST, SEND_ROW], tracer_provider=provider):
+    # The default configuration has a meter provider too, as the launcher sets one up.
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()]) if health else None
+    with instrumented(
+        [POST, SEND_ROW, HEALTH] if health else [POST, SEND_ROW], tracer_provider=provider, meter_provider=meter_provider
+    ):
         routes = {"/run": workload.echo_run}
         client = workload.ServerClient(routes)
         lean_client, idiomatic_client = workload.LeanServerClient(routes), workload.IdiomaticServerClient(routes)
@@ -324,7 +332,8 @@ def _case_a(sizes: Sizes, health: bool) -> list[Row]:
                 rows_out.append(
                     Row(
                         "A",
-                        f"{measured}, default configuration (a health target armed: each dispatch remembered)"
+                        f"{measured}, default configuration (a health target armed: each dispatch remembered; "
+                        "an SDK meter provider)"
                         if health
                         else measured,
                         f"Target: {_fmt(statistics.median(auto_us))} us",
@@ -335,6 +344,8 @@ def _case_a(sizes: Sizes, health: bool) -> list[Row]:
                     )
                 )
     provider.shutdown()
+    if meter_provider is not None:
+        meter_provider.shutdown()
     return rows_out
 
 
@@ -693,6 +704,9 @@ def startup_probe() -> dict[str, Any]:
 
 
 def case_f(sizes: Sizes) -> list[Row]:
+    # The package's bytecode first, as a wheel install has it (pip compiles at install time): an
+    # editable install under PYTHONDONTWRITEBYTECODE would compile its sources in every probe.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(gym_instrument.__file__).parent)], check=True)
     probes = [startup_probe() for _ in range(sizes.startup_rounds)]
     first = probes[0]
     if first["nemo_gym_importable"]:
@@ -816,6 +830,10 @@ def case_parts(sizes: Sizes) -> list[Row]:
     rows = workload.make_rows(sizes.calls)
     span_context = tracer.start_span("sample").get_span_context()
     request = workload.VerifyRequest(expected_answer="B", response_text="\\boxed{B}")
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    ticks = tallies_for(meter_provider).ok
+    counter = meter_provider.get_meter("hand_written").create_counter(semconv.METRIC_DISPATCHES, unit="{rollout}")
+    outcome = {semconv.OUTCOME: semconv.OUTCOME_OK}
 
     def passthrough(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return wrapped(*args, **kwargs)
@@ -868,6 +886,20 @@ def case_parts(sizes: Sizes) -> list[Row]:
             None,
             [request] * sizes.calls,
         ),
+        (
+            "counting a dispatch under an SDK meter provider: `next()` on its `Tally` (the package; observable counters read it)",
+            "whole",
+            lambda _: next(ticks),
+            None,
+            rows,
+        ),
+        (
+            "counting a dispatch under an SDK meter provider: a synchronous `Counter.add(1, {'outcome': 'ok'})`, for comparison",
+            "whole",
+            lambda _: counter.add(1, outcome),
+            None,
+            rows,
+        ),
     ]
     result: list[Row] = []
     span_us = [per_call_us(workload.lean_send_row, workload.make_rows(sizes.calls, first_task=10**6 + n)) for n in range(3)]
@@ -899,6 +931,7 @@ def case_parts(sizes: Sizes) -> list[Row]:
     )
     result.append(_remembering_in_a_run(sizes, provider))
     provider.shutdown()
+    meter_provider.shutdown()
     return result
 
 

@@ -56,7 +56,9 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   remembered there; the *default configuration* rows repeat them with a health target armed as
   well, which is what a zero-code NeMo Gym user gets (the nemo_gym preset's
   `rollout_health:run_health_checks`, present from NeMo Gym 0.5 on): every dispatch is remembered,
-  and the baselines remember nothing. Both are judged against the idiomatic twin.
+  and the baselines remember nothing. Those rows also give the package an SDK meter provider, as
+  the launcher does (each dispatch is counted; the baselines count nothing). Both are judged
+  against the idiomatic twin.
 - **B.** The instrumented call minus the bare call (the original function object), per call:
   with no SDK at all (the API's proxy provider), and with the SDK on under
   `suppress_instrumentation`. The extra row is a call the target's condition excludes
@@ -85,11 +87,14 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
 - **parts.** The pieces of an instrumented call one at a time, each beside the 5% of an inline
   span that goal A leaves for everything the instrumentation adds: wrapt's dispatch through a
   wrapper that only passes the call on, the row's identity against the inline attribute code,
-  the verify request searched for its own rollout id, and remembering a dispatch for its verdict
-  (alone, and inside a traced run with a health target: memory on minus `remember` a no-op).
+  the verify request searched for its own rollout id, remembering a dispatch for its verdict
+  (alone, and inside a traced run with a health target: memory on minus `remember` a no-op), and
+  counting a dispatch under an SDK meter provider: `next()` on the package's tally (an
+  observable counter reads it) beside a synchronous `Counter.add`.
 - **F.** A fresh interpreter per round (`benchmarks/startup_probe.py`) imports the SDK, then
   `gym_instrument`, then times `GymInstrumentor().instrument(tracer_provider=...)` with the default
-  preset (nemo_gym) armed and no `OTEL_*` variables, and lists the modules it imported.
+  preset (nemo_gym) armed and no `OTEL_*` variables, and lists the modules it imported. The
+  package's bytecode is compiled first, as a wheel install has it.
 """
 
 WHY_NOT_BIND = """\
