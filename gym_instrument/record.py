@@ -337,10 +337,11 @@ _METRICS: dict[str, tuple[str, str, tuple[Mapping[str, str] | None, ...]]] = {
 
 
 class Tallies:
-    """The metric points one :class:`Recorder` counts, each a :class:`Tally`, by metric and attributes.
+    """Every metric point of one meter provider, each a :class:`Tally`, by metric and attributes
+    (shared by the recorders of that provider, :func:`tallies_for`).
 
-    ``ok``, ``error``, ``cancelled`` (dispatches by outcome) and ``rewarded`` are the per-call ones,
-    as attributes, so that the engine adds one with one ``next()``.
+    The per-call ones are attributes too, so that the engine adds one with one ``next()``:
+    ``ok``, ``error`` and ``cancelled`` (dispatches by outcome) and ``rewarded``.
     """
 
     def __init__(self) -> None:
