@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,19 +76,23 @@ def run_instrumented(
     return process, console_spans(process.stdout)
 
 
-def console_spans(stdout: str) -> list[dict[str, Any]]:
-    """The spans the console exporter printed, one JSON object after another."""
-    decoder, spans, index = json.JSONDecoder(), [], stdout.find("{")
+def console_objects(stdout: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects the console exporters printed, one after another, in order."""
+    decoder, index = json.JSONDecoder(), stdout.find("{")
     while index != -1:
         try:
             value, end = decoder.raw_decode(stdout, index)
         except json.JSONDecodeError:
             index = stdout.find("{", index + 1)
             continue
-        if isinstance(value, dict) and "context" in value:
-            spans.append(value)
+        if isinstance(value, dict):
+            yield value
         index = stdout.find("{", end)
-    return spans
+
+
+def console_spans(stdout: str) -> list[dict[str, Any]]:
+    """The spans the console exporter printed."""
+    return [value for value in console_objects(stdout) if "context" in value]
 
 
 def test_three_span_kinds_with_no_code(tmp_path: Path) -> None:
@@ -335,19 +340,13 @@ def test_a_bad_config_entry_is_logged_by_variable_target_and_key_and_the_rest_ap
 
 def console_metric_points(stdout: str) -> dict[str, dict[tuple[tuple[str, Any], ...], Any]]:
     """The last value of every metric point the console metric exporter printed, by metric name."""
-    decoder, points, index = json.JSONDecoder(), {}, stdout.find("{")
-    while index != -1:
-        try:
-            value, end = decoder.raw_decode(stdout, index)
-        except json.JSONDecodeError:
-            index = stdout.find("{", index + 1)
-            continue
-        for resource in value.get("resource_metrics", ()) if isinstance(value, dict) else ():
+    points: dict[str, dict[tuple[tuple[str, Any], ...], Any]] = {}
+    for value in console_objects(stdout):
+        for resource in value.get("resource_metrics", ()):
             for scope in resource["scope_metrics"]:
                 for metric in scope["metrics"]:
                     for point in metric["data"]["data_points"]:
                         points.setdefault(metric["name"], {})[tuple(sorted(point["attributes"].items()))] = point["value"]
-        index = stdout.find("{", end)
     return points
 
 
