@@ -135,3 +135,30 @@ def test_counts_reach_a_global_meter_provider_set_after_instrument(tmp_path: Pat
     assert process.returncode == 0, process.stderr
     points = json.loads(process.stdout.strip().splitlines()[-1])
     assert points[semconv.METRIC_DISPATCHES] == [[{"outcome": "ok"}, 3]]
+
+
+def _child_counts(sender: Any, module_name: str, telemetry: Any) -> None:
+    module = importlib.import_module(module_name)
+    module.send_row({"_ng_task_index": 50, "_ng_rollout_index": 0})
+    points = telemetry.metric_points(semconv.METRIC_DISPATCHES)
+    sender.send({point.attributes[semconv.OUTCOME]: point.value for point in points})
+    sender.close()
+
+
+def test_a_forked_child_counts_only_its_own_calls(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    """A forked child's counters start from zero: the parent's counts are the parent's to report."""
+    import multiprocessing
+
+    module = importlib.import_module(make_module(SEND))
+    instrument(targets=[f"{module.__name__}:send_row=dispatch"])
+    for index in range(2):
+        module.send_row({"_ng_task_index": index, "_ng_rollout_index": 0})
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_child_counts, args=(sender, module.__name__, telemetry))
+    child.start()
+    sender.close()
+    child_counts = receiver.recv()
+    child.join(60)
+    parent = {point.attributes[semconv.OUTCOME]: point.value for point in telemetry.metric_points(semconv.METRIC_DISPATCHES)}
+    assert (child.exitcode, child_counts, parent) == (0, {"ok": 1}, {"ok": 2})
