@@ -703,6 +703,7 @@ def report(
     busy: bool,
     elapsed: float,
     profiles: list[Profile],
+    price: dict[str, Any] | None = None,
 ) -> str:
     lines = [
         "## A whole real run: NeMo Gym 0.7.0 end to end",
@@ -767,7 +768,7 @@ def report(
             "min / median / max: " + "; ".join(without) + ".",
         ]
     lines += ["", *cpu_table(collections), "", *span_table(collections, spans), ""]
-    lines += [*share_lines(collections, spans), ""]
+    lines += [*share_lines(collections, spans, price), ""]
     lines += outcome_lines(collections)
     if profiles:
         lines += ["", *profile_lines(profiles)]
@@ -825,8 +826,9 @@ def outcome_lines(collections: list[Collection]) -> list[str]:
     ]
 
 
-def share_lines(collections: list[Collection], spans: dict[str, Counter[str]]) -> list[str]:
-    """Where full's extra CPU goes, and what its extra spans cost at contrib's price per span."""
+def share_lines(collections: list[Collection], spans: dict[str, Counter[str]], price: dict[str, Any] | None) -> list[str]:
+    """Where full's extra CPU goes, and how much of it OpenTelemetry's own price of the package's spans
+    and baggage explains (``span_price.py``, when it ran)."""
 
     def median_ms(name: str, pick: Any) -> float:
         return statistics.median(pick(c) * 1000 / c.rollouts for c in collections if c.configuration == name)
@@ -843,21 +845,49 @@ def share_lines(collections: list[Collection], spans: dict[str, Counter[str]]) -
     def part(group: str) -> float:
         return median_ms("full", lambda c: c.cpu.get(group, 0.0)) - median_ms("contrib", lambda c: c.cpu.get(group, 0.0))
 
+    by_round = {(c.configuration, c.round): c for c in collections}
+    per_round = [
+        (full.cpu_total / full.rollouts - by_round[("contrib", number)].cpu_total / by_round[("contrib", number)].rollouts) * 1000
+        for (name, number), full in sorted(by_round.items())
+        if name == "full" and ("contrib", number) in by_round
+    ]
     rollouts = {n: sum(c.rollouts for c in collections if c.configuration == n) for n in CONFIGURATIONS}
     per_rollout = {n: sum(spans.get(n, Counter()).values()) / max(rollouts[n], 1) for n in ("contrib", "full")}
     tracing = contrib_total - median_ms("none", lambda c: c.cpu_total)
-    per_span = tracing / per_rollout["contrib"] if per_rollout["contrib"] else 0.0
-    extra_spans = per_rollout["full"] - per_rollout["contrib"]
-    return [
+    lines = [
         f"**The package's share**, full - contrib per rollout (medians): {total:.2f} ms of CPU, {total / contrib_total:.1%} "
         f"of contrib's {contrib_total:.2f} ms: the Gym servers {servers:+.2f}, the collector {part('collector'):+.2f}, "
-        f"the receiver {part('receiver'):+.2f}, Ray {part('Ray'):+.2f}. contrib's tracing costs {tracing:.2f} ms per rollout "
-        f"over none for {per_rollout['contrib']:.1f} spans, {per_span:.3f} ms a span across all processes (made, exported, "
-        f"received); full's {extra_spans:.1f} more spans at that price are {extra_spans * per_span:.2f} ms, "
-        f"{extra_spans * per_span / contrib_total:.1%} of contrib, and the rest, {total - extra_spans * per_span:+.2f} ms, is "
-        "what the package does besides making spans (request isolation, baggage on every hop, counters, the dispatch "
-        "memory)."
+        f"the receiver {part('receiver'):+.2f}, Ray {part('Ray'):+.2f}. Within a round it was "
+        + " / ".join(f"{v:+.2f}" for v in spread(per_round))
+        + f" ms (min / median / max). contrib's tracing costs {tracing:.2f} ms per rollout over none, for "
+        f"{per_rollout['contrib']:.1f} spans and the instrumentations that make them."
     ]
+    if price is not None:
+        spans_ms, baggage = price["spans"]["ms_per_rollout"], price["baggage"]
+        floor = spans_ms["total"] + baggage["ms_per_rollout"]
+        rounds = " / ".join(f"{v:.2f}" for v in spread(price["spans"]["rounds_total_ms"]))
+        lines += [
+            "",
+            "**What OpenTelemetry itself charges for what SPEC requires**, measured alone on this run's spans "
+            "(`benchmarks/span_price.py`: full's first timed round made again with the SDK, no instrumentation running, "
+            "through a `BatchSpanProcessor` and the OTLP/HTTP exporter to a fresh `oteltap`, paced over the collection's "
+            "wall time; with the package's spans and without them, side by side):",
+            "",
+            f"- the package's {price['package_spans_per_rollout']:.1f} spans per rollout, made, exported and received among "
+            f"the other {price['other_spans_per_rollout']:.1f}: {spans_ms['total']:.2f} ms per rollout (the process that "
+            f"makes them {spans_ms['sender']:.2f}, the receiver {spans_ms['receiver']:.2f}; rounds {rounds} min / median / "
+            f"max; each of the package's spans made {price['spans']['times']} times over, the difference divided back);",
+            f"- the `nemo.gym.rollout.id` baggage entry on {baggage['hops_per_rollout']:.1f} requests per rollout (the CLIENT "
+            f"spans): {baggage['ms_per_rollout']:.3f} ms per rollout; the configured propagator "
+            f"(`{baggage['propagators']}`) injects and extracts a request's headers in {baggage['us_per_hop_with']:.1f} us "
+            f"with the entry, {baggage['us_per_hop_without']:.1f} us without.",
+            "",
+            f"Together {floor:.2f} ms, {floor / contrib_total:.1%} of contrib: the least the required spans and baggage "
+            f"cost. The rest of the share, {total - floor:+.2f} ms per rollout, is the package's own work in the run and "
+            "what its spans and baggage cost there beyond their price alone (caches and the garbage collector are shared "
+            "with everything else).",
+        ]
+    return lines
 
 
 def profile_lines(profiles: list[Profile]) -> list[str]:
@@ -972,6 +1002,28 @@ def compile_package(venv_python: Path) -> None:
     subprocess.run([str(venv_python), "-m", "compileall", "-q", str(REPO / "gym_instrument")], check=True)
 
 
+def span_price(venv_python: Path, config: Configuration, first: Collection, quick: bool) -> dict[str, Any]:
+    """``span_price.py`` in the e2e venv on the spans of ``config``'s first timed round (``first``),
+    with the configuration's environment (its batch span processor's settings, its propagators)."""
+    offsets = config.span_offsets
+    command = [
+        str(venv_python),
+        str(HERE / "span_price.py"),
+        f"--spans={config.spans_path}",
+        f"--start={offsets[0]}",
+        f"--end={offsets[1] if len(offsets) > 1 else -1}",
+        f"--rollouts={first.rollouts}",
+        f"--seconds={first.wall:.3f}",
+        f"--rounds={1 if quick else 5}",
+    ]
+    log("the price of the package's spans and baggage, measured alone (span_price.py)")
+    done = subprocess.run(command, env=config.env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise E2EFailure(f"span_price.py failed ({done.returncode}): {done.stderr[-2000:]}")
+    price: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return price
+
+
 def run(options: argparse.Namespace) -> int:
     global WORK
     WORK = WORK_ROOT / ("profile" if options.profile else "timed")
@@ -1062,9 +1114,13 @@ def run(options: argparse.Namespace) -> int:
             remove_profile_hook()
         scratch.remove()
 
+    price = None
+    if not options.profile and "full" in configs and configs["full"].span_offsets:
+        first = next(c for c in collections if c.configuration == "full")
+        price = span_price(venv_python, configs["full"], first, options.quick)
     busy_during = any(c.others > options.max_busy for c in collections)
     text = report(
-        workload, collections, spans, header, options.quick, busy or busy_during, time.monotonic() - started_at, profiles
+        workload, collections, spans, header, options.quick, busy or busy_during, time.monotonic() - started_at, profiles, price
     )
     if options.profile:
         body = "\n".join(profile_lines(profiles))

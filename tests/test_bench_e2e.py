@@ -208,10 +208,80 @@ def test_the_report_has_ratios_shares_spans_and_the_profile_breakdown(whole_run:
             {"plan.py:wrapper": (0.1, 1.0, 12.0)},
         ),
     ]
-    text = whole_run.report(whole_run.FULL, collections, spans, ["- Machine: test"], False, False, 60.0, profiles)
+    price = {
+        "package_spans_per_rollout": 3.0,
+        "other_spans_per_rollout": 43.0,
+        "spans": {
+            "ms_per_rollout": {"total": 0.30, "sender": 0.12, "receiver": 0.18},
+            "rounds_total_ms": [0.25, 0.35],
+            "times": 4,
+        },
+        "baggage": {
+            "ms_per_rollout": 0.042,
+            "hops_per_rollout": 7.0,
+            "propagators": "CompositePropagator(W3CBaggagePropagator)",
+            "us_per_hop_with": 12.0,
+            "us_per_hop_without": 6.0,
+        },
+    }
+    text = whole_run.report(whole_run.FULL, collections, spans, ["- Machine: test"], False, False, 60.0, profiles, price)
     assert "| full | " in text and "full / contrib" in text and "contrib / none" in text
     assert "1.043 / 1.050 / 1.057" in text  # full / contrib wall, min / median / max of 7.3/7 and 7.4/7
-    assert "**The package's share**" in text and "3.0 more spans" in text
+    # full - contrib: (4 + 4.2 + 1) - (4 + 4 + 1) s of CPU over 400 rollouts, in both rounds
+    assert "**The package's share**, full - contrib per rollout (medians): 0.50 ms" in text
+    assert "Within a round it was +0.50 / +0.50 / +0.50 ms" in text
+    assert "the package's 3.0 spans per rollout" in text and "0.30 ms per rollout" in text
+    assert "on 7.0 requests per rollout" in text and "0.042 ms per rollout" in text
+    # the least SPEC's spans and baggage cost, 0.30 + 0.042, and the rest of the 0.50 ms share
+    assert "Together 0.34 ms" in text and "+0.16 ms per rollout" in text
     assert "| `gym.verify` | 0.00 | 3.00 |" in text
     assert "**Breakdown of the servers' share**" in text and "`plan.py:wrapper`" in text
     assert "Measured on a busy machine" not in text
+
+
+# What the receiver printed in a real ``make bench-e2e`` run (full, NeMo Gym 0.7.0): its banner, a metric
+# line, and every span of two rollouts' traces.
+RECEIVED_FULL = REPO / "tests" / "data" / "bench_e2e" / "received_full.ndjson"
+
+
+def _received_spans() -> list[dict[str, object]]:
+    return [json.loads(line) for line in RECEIVED_FULL.read_text().splitlines() if '"spanId"' in line]
+
+
+def _span_price(arguments: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / "span_price.py"), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+
+
+def test_span_price_makes_every_span_again_for_a_real_receiver() -> None:
+    spans = _received_spans()
+    ours = sum(1 for span in spans if str(span["name"]).startswith("gym."))
+    rollouts = sum(1 for span in spans if span["name"] == "gym.rollout.dispatch")
+    clients = sum(1 for span in spans if span["kind"] == 3)
+    assert ours and rollouts and clients
+
+    arguments = [f"--spans={RECEIVED_FULL}", f"--rollouts={rollouts}", "--seconds=0.2", "--rounds=2", "--times=3"]
+    done = _span_price([*arguments, "--calls=200", "--settle=0.3"])
+    assert done.returncode == 0, done.stderr
+    price = json.loads(done.stdout)
+
+    assert price["package_spans_per_rollout"] == ours / rollouts
+    assert price["other_spans_per_rollout"] == (len(spans) - ours) / rollouts
+    # Per round: the others alone, then the others with each of ours made three times; the receiver got them all.
+    assert price["spans"]["received"] == 2 * ((len(spans) - ours) + (len(spans) - ours + 3 * ours))
+    assert len(price["spans"]["rounds_total_ms"]) == 2
+    assert price["baggage"]["hops_per_rollout"] == clients / rollouts
+    assert "W3CBaggagePropagator" in price["baggage"]["propagators"]
+
+
+def test_span_price_refuses_propagators_that_carry_no_baggage() -> None:
+    env = {**os.environ, "OTEL_PROPAGATORS": "tracecontext"}
+    done = _span_price([f"--spans={RECEIVED_FULL}", "--rollouts=1", "--seconds=0.1", "--rounds=1", "--settle=0.3"], env)
+    assert done.returncode != 0
+    assert "does not carry baggage" in done.stderr
