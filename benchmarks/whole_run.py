@@ -23,6 +23,11 @@ and the table gives their min / median / max over rounds. Every configuration mu
 rows with the same rewards per task in the same round (the scripted model's answers depend only on
 how often it has seen a prompt); a difference fails the run.
 
+After the rounds, ``span_price.py`` (in the same venv) prices what SPEC requires of the package
+alone: full's first timed round's spans made again with the SDK, with the package's spans and
+without, and the baggage entry through the configured propagator; the report sets the package's
+share beside that price.
+
 Ray's dashboard polls ``/api/healthz`` through the instrumented aiohttp client under the launcher:
 ``OTEL_PYTHON_AIOHTTP_CLIENT_EXCLUDED_URLS=/api/healthz`` keeps those spans out, as in ``make e2e``.
 
