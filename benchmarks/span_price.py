@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
-from otlp_json import Span
+from otlp_json import Span, span_objects
 
 PACKAGE_PREFIX = "gym."
 BAGGAGE_KEY = "nemo.gym.rollout.id"
@@ -50,23 +50,7 @@ SPAN_KINDS = ("INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 
 def read_spans(path: Path, start: int, end: int) -> list[Span]:
     """The spans the receiver printed between two byte offsets (``end`` -1: to the end), in order."""
-    spans = []
-    with path.open("rb") as lines:
-        lines.seek(start)
-        position = start
-        for line in lines:
-            position += len(line)
-            if 0 <= end < position:
-                break
-            if b'"spanId"' not in line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "spanId" in obj and "traceId" in obj:
-                spans.append(Span.from_json(obj))
-    return spans
+    return [Span.from_json(obj) for obj in span_objects(path, start, None if end < 0 else end)]
 
 
 def is_package_span(span: Span) -> bool:

@@ -67,6 +67,7 @@ REPO = HERE.parent
 E2E_DIR = REPO / "e2e"
 sys.path.insert(0, str(E2E_DIR))
 
+from otlp_json import span_objects  # noqa: E402
 from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, run_main, wait_for  # noqa: E402
 from releases import RELEASES  # noqa: E402
 
@@ -492,23 +493,7 @@ def collect(
 
 def spans_by_name(path: Path, start: int, end: int | None) -> Counter[str]:
     """Span names in the receiver's output between two byte offsets (metrics are skipped unparsed)."""
-    names: Counter[str] = Counter()
-    with path.open("rb") as lines:
-        lines.seek(start)
-        position = start
-        for line in lines:
-            position += len(line)
-            if end is not None and position > end:
-                break
-            if b'"spanId"' not in line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "spanId" in obj and "traceId" in obj:
-                names[obj.get("name", "")] += 1
-    return names
+    return Counter(obj.get("name", "") for obj in span_objects(path, start, end))
 
 
 def wait_quiet_receiver(path: Path, seconds: float = 3.0, timeout: float = 30.0) -> None:

@@ -10,6 +10,7 @@ each second, which is most of the lines.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,26 @@ def _metric_points(obj: dict[str, Any]) -> list[MetricPoint]:
 class Received:
     spans: list[Span]
     metric_points: list[MetricPoint]
+
+
+def span_objects(path: Path, start: int = 0, end: int | None = None) -> Iterator[dict[str, Any]]:
+    """The spans the receiver printed between two byte offsets (``end`` None: to the end), parsed, in
+    order; metric lines are skipped unparsed, and so is a line still being written."""
+    with path.open("rb") as lines:
+        lines.seek(start)
+        position = start
+        for line in lines:
+            position += len(line)
+            if end is not None and position > end:
+                break
+            if b'"spanId"' not in line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "spanId" in obj and "traceId" in obj:
+                yield obj
 
 
 def read_received(path: Path, metric_prefix: str = "gym.") -> Received:
