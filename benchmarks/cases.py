@@ -843,9 +843,22 @@ def case_parts(sizes: Sizes) -> list[Row]:
         "PassthroughClient", (), {"post": wrapt.FunctionWrapper(workload.ServerClient.__dict__["post"], passthrough)}
     )
     passthrough_client.__init__ = workload.ServerClient.__init__  # type: ignore[misc]
-    wrapped_client, plain_client = (
+
+    # What a wrapper must do to see a coroutine end: run a coroutine of its own around the call's.
+    async def around(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return await wrapped(*args, **kwargs)
+
+    def awaiting(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return around(wrapped, args, kwargs)
+
+    awaiting_client = type(
+        "AwaitingClient", (), {"post": wrapt.FunctionWrapper(workload.ServerClient.__dict__["post"], awaiting)}
+    )
+    awaiting_client.__init__ = workload.ServerClient.__init__  # type: ignore[misc]
+    wrapped_client, plain_client, around_client = (
         passthrough_client({"/run": workload.echo_run}),
         workload.PlainServerClient({"/run": workload.echo_run}),
+        awaiting_client({"/run": workload.echo_run}),
     )
 
     def fresh_links(number: int) -> tuple[DispatchLinks, int]:
@@ -870,6 +883,14 @@ def case_parts(sizes: Sizes) -> list[Row]:
             "minus the bare call",
             lambda row: drive(wrapped_client.post("simple_agent", "/run", json=row)),
             lambda row: drive(plain_client.post("simple_agent", "/run", json=row)),
+            rows,
+        ),
+        (
+            "a coroutine around the call's (an `async def` awaiting it, as a wrapper that ends a span must): "
+            "async `ServerClient.post(..., json=row)`",
+            "minus the pass-through wrapper returning the call's coroutine",
+            lambda row: drive(around_client.post("simple_agent", "/run", json=row)),
+            lambda row: drive(wrapped_client.post("simple_agent", "/run", json=row)),
             rows,
         ),
         (

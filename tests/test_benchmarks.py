@@ -6,10 +6,12 @@ every case runs end to end, its sameness checks pass, and the table has a line f
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 CASES = ("A", "B", "C", "D", "E", "F", "bind", "parts")
@@ -35,3 +37,48 @@ def test_benchmarks_run_and_write_a_table_with_every_case(tmp_path: Path) -> Non
         assert all(re.fullmatch(r"[+-]?[\d,]+(\.\d+)?", cell) for cell in cells[5:8]), line  # min, median, max
     assert "Python:" in text and "opentelemetry-sdk" in text and "wrapt" in text
     assert text in completed.stdout  # printed as well as written
+
+
+def _run_module() -> Any:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_run", BENCHMARKS / "run.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_an_unmet_async_goal_is_set_beside_the_parts_no_wrapper_can_do_without() -> None:
+    run = _run_module()
+    row = run.Row
+
+    def part(measured: str, median: float) -> Any:
+        return row("parts", measured, f"{median:.2f} us", "whole", "us/call", [median], "", None)
+
+    rows = [
+        row(
+            "A",
+            "dispatch, SDK on: async `ServerClient.post(..., '/run', json=row)`, default configuration (a health target armed)",
+            "Target: 24.00 us",
+            "inline, idiomatic (`start_as_current_span`): 22.00 us",
+            "ratio",
+            [24.0 / 22.0],
+            "<= 1.05",
+            False,
+        ),
+        part("wrapt `FunctionWrapper`, pass-through wrapper: `send_row(row)`", 0.49),
+        part("wrapt `FunctionWrapper`, pass-through wrapper: async `ServerClient.post(..., json=row)`", 0.58),
+        part("a coroutine around the call's (an `async def` awaiting it): async `ServerClient.post`", 0.25),
+        part("remembering one ended dispatch for its verdict (`DispatchLinks.remember`, fresh keys)", 0.43),
+        part("remembering inside a run: traced `send_row(row)`", 0.78),
+    ]
+    text = run.unmet(rows)
+    # The async row's parts: wrapt's async pass-through, the coroutine around the call, remembering alone.
+    assert "wrapt's dispatch through a wrapper that does nothing (0.58 us)" in text
+    assert "the coroutine the wrapper runs around the call's, to see it end (0.25 us)" in text
+    assert "(0.43 us measured alone; 0.78 us inside a traced run" in text
+    # 0.58 + 0.25 + 0.43 against 5% of 22.00 us
+    assert "Those parts alone take 1.26 us, more than the 1.10 us allowed" in text
