@@ -950,48 +950,61 @@ def case_parts(sizes: Sizes) -> list[Row]:
             None,
         )
     )
-    result.append(_remembering_in_a_run(sizes, provider))
+    result += _remembering_in_a_run(sizes, provider)
     provider.shutdown()
     meter_provider.shutdown()
     return result
 
 
-def _remembering_in_a_run(sizes: Sizes, provider: TracerProvider) -> Row:
-    """What remembering costs inside a traced dispatch: A's sync ``send_row`` with the dispatch memory
-    on, minus the same with ``remember`` a no-op (the ended span, its identity and the call are the same)."""
+def _remembering_in_a_run(sizes: Sizes, provider: TracerProvider) -> list[Row]:
+    """What remembering costs inside a traced dispatch: A's sync ``send_row`` and async
+    ``ServerClient.post`` with the dispatch memory on, minus the same with ``remember`` a no-op (the
+    ended span, its identity and the call are the same)."""
     from gym_instrument.plan import ENGINE
 
     def ignore(*_: Any) -> None:
         return None
 
-    with instrumented([SEND_ROW, HEALTH], tracer_provider=provider):  # a health target: dispatches are remembered
+    client = workload.ServerClient({"/run": workload.echo_run})
+    result = []
+    with instrumented([SEND_ROW, POST, HEALTH], tracer_provider=provider):  # a health target: dispatches are remembered
         links = ENGINE.links
+        for measured, call in (
+            ("traced `send_row(row)`", workload.send_row),
+            (
+                "traced async `ServerClient.post(..., '/run', json=row)`",
+                lambda row: drive(client.post("simple_agent", "/run", json=row)),
+            ),
+        ):
 
-        def traced(rows: list[dict[str, Any]], keep: bool) -> float:
-            if not keep:
-                links.remember = ignore  # type: ignore[method-assign]
-            try:
-                return per_call_us(workload.send_row, rows)
-            finally:
-                links.__dict__.pop("remember", None)
+            def traced(rows: list[dict[str, Any]], keep: bool, call: Callable[[Any], Any] = call) -> float:
+                if not keep:
+                    links.remember = ignore  # type: ignore[method-assign]
+                try:
+                    return per_call_us(call, rows)
+                finally:
+                    links.__dict__.pop("remember", None)
 
-        on, off = side_by_side(
-            sizes.call_rounds,
-            lambda number: workload.make_rows(sizes.calls, first_task=(number + 1) * 10**7),  # fresh rollouts each round
-            lambda rows: traced(rows, True),
-            lambda rows: traced(rows, False),
-        )
-    figures = [a - b for a, b in zip(on, off, strict=True)]
-    return Row(
-        "parts",
-        "remembering inside a run: traced `send_row(row)` with the dispatch memory on (fresh rollouts each round)",
-        f"{statistics.median(figures):.2f} us",
-        f"minus the same with `remember` a no-op: {statistics.median(off):.2f} us",
-        "us/call",
-        figures,
-        "(5% of the lean inline span of A, as above)",
-        None,
-    )
+            on, off = side_by_side(
+                sizes.call_rounds,
+                lambda number: workload.make_rows(sizes.calls, first_task=(number + 1) * 10**7),  # fresh rollouts each round
+                lambda rows: traced(rows, True),
+                lambda rows: traced(rows, False),
+            )
+            figures = [a - b for a, b in zip(on, off, strict=True)]
+            result.append(
+                Row(
+                    "parts",
+                    f"remembering inside a run: {measured} with the dispatch memory on (fresh rollouts each round)",
+                    f"{statistics.median(figures):.2f} us",
+                    f"minus the same with `remember` a no-op: {statistics.median(off):.2f} us",
+                    "us/call",
+                    figures,
+                    "(5% of the lean inline span of A, as above)",
+                    None,
+                )
+            )
+    return result
 
 
 CASES: dict[str, Callable[[Sizes], list[Row]]] = {

@@ -61,6 +61,16 @@ def test_an_unmet_async_goal_is_set_beside_the_parts_no_wrapper_can_do_without()
     rows = [
         row(
             "A",
+            "dispatch, SDK on: async `ServerClient.post(..., '/run', json=row)`",
+            "Target: 23.00 us",
+            "inline, idiomatic (`start_as_current_span`): 22.00 us",
+            "ratio",
+            [23.0 / 22.0],
+            "<= 1.05",
+            True,
+        ),
+        row(
+            "A",
             "dispatch, SDK on: async `ServerClient.post(..., '/run', json=row)`, default configuration (a health target armed)",
             "Target: 24.00 us",
             "inline, idiomatic (`start_as_current_span`): 22.00 us",
@@ -73,12 +83,14 @@ def test_an_unmet_async_goal_is_set_beside_the_parts_no_wrapper_can_do_without()
         part("wrapt `FunctionWrapper`, pass-through wrapper: async `ServerClient.post(..., json=row)`", 0.58),
         part("a coroutine around the call's (an `async def` awaiting it): async `ServerClient.post`", 0.25),
         part("remembering one ended dispatch for its verdict (`DispatchLinks.remember`, fresh keys)", 0.43),
-        part("remembering inside a run: traced `send_row(row)`", 0.78),
+        part("remembering inside a run: traced `send_row(row)` with the dispatch memory on", 0.40),
+        part("remembering inside a run: traced async `ServerClient.post(..., '/run', json=row)` with it on", 0.78),
     ]
     text = run.unmet(rows)
     # The async row's parts: wrapt's async pass-through, the coroutine around the call, remembering alone.
     assert "wrapt's dispatch through a wrapper that does nothing (0.58 us)" in text
     assert "the coroutine the wrapper runs around the call's, to see it end (0.25 us)" in text
-    assert "(0.43 us measured alone; 0.78 us inside a traced run" in text
+    assert "(0.43 us measured alone; 0.78 us inside a run of this dispatch)" in text
+    assert "this dispatch takes 1.00 us more in the default configuration than without a health target armed" in text
     # 0.58 + 0.25 + 0.43 against 5% of 22.00 us
     assert "Those parts alone take 1.26 us, more than the 1.10 us allowed" in text
