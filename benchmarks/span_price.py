@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,11 +40,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
-from otlp_json import Span, span_objects
+from otlp_json import Span, span_objects, wait_quiet
+from processes import exited, free_port, parse_stat, port_open, wait_for
 
 PACKAGE_PREFIX = "gym."
 BAGGAGE_KEY = "nemo.gym.rollout.id"
-SPAN_KINDS = ("INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 
 
 def read_spans(path: Path, start: int, end: int) -> list[Span]:
@@ -63,30 +62,6 @@ def slots(spans: Sequence[Span], count: int) -> list[list[Span]]:
     return [list(spans[len(spans) * k // count : len(spans) * (k + 1) // count]) for k in range(count)]
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a process has used, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_quiet(path: Path, seconds: float = 1.0, timeout: float = 30.0) -> None:
-    """Until the file has not grown for ``seconds``."""
-    deadline, size, since = time.monotonic() + timeout, -1, time.monotonic()
-    while time.monotonic() < deadline:
-        now = path.stat().st_size
-        if now != size:
-            size, since = now, time.monotonic()
-        elif time.monotonic() - since >= seconds:
-            return
-        time.sleep(0.1)
-
-
 class Receiver:
     """An ``oteltap`` process on 127.0.0.1, its output in a file."""
 
@@ -96,19 +71,12 @@ class Receiver:
         self.output = folder / "received.jsonl"
         with self.output.open("wb") as out:
             self.process = subprocess.Popen([command, "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            if self.process.poll() is not None:
-                raise RuntimeError(f"oteltap exited: {self.output.read_text(errors='replace')[-500:]}")
-            time.sleep(0.1)
-        raise RuntimeError("oteltap did not listen within 30 s")
+        wait_for("the OTLP receiver", lambda: port_open(self.port), 30, exited(self.process, "oteltap", self.output), 0.1)
 
     def cpu(self) -> float:
         wait_quiet(self.output, self.settle)
-        return process_cpu(self.process.pid)
+        own, _, _ = parse_stat(Path(f"/proc/{self.process.pid}/stat").read_text())
+        return own / os.sysconf("SC_CLK_TCK")
 
     def spans(self) -> int:
         """How many spans it has printed."""
@@ -129,7 +97,7 @@ def replay(paced: Sequence[Sequence[Span]], seconds: float, endpoint: str) -> fl
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import SpanKind
 
-    kinds = {name: getattr(SpanKind, name) for name in SPAN_KINDS}
+    kinds = {kind.name: kind for kind in SpanKind}
     started = time.process_time()
     provider = TracerProvider(resource=Resource.create({}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))

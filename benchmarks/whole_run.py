@@ -67,8 +67,19 @@ REPO = HERE.parent
 E2E_DIR = REPO / "e2e"
 sys.path.insert(0, str(E2E_DIR))
 
-from otlp_json import span_objects  # noqa: E402
-from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, run_main, wait_for  # noqa: E402
+from otlp_json import span_objects, wait_quiet  # noqa: E402
+from processes import (  # noqa: E402
+    RUN_MARKER_VAR,
+    E2EFailure,
+    Processes,
+    exited,
+    free_port,
+    log,
+    parse_stat,
+    port_open,
+    run_main,
+    wait_for,
+)
 from releases import RELEASES  # noqa: E402
 
 sys.path.insert(0, str(HERE))
@@ -131,15 +142,6 @@ QUICK = Workload(tasks=4, repeats=2, concurrency=4, rounds=1, warmup=False)
 # ---------------------------------------------------------------------------------------------
 # /proc: CPU of processes and of the machine
 # ---------------------------------------------------------------------------------------------
-
-
-def parse_stat(text: str) -> tuple[int, int, int]:
-    """(own CPU ticks, reaped children's CPU ticks, start time) from a /proc/<pid>/stat line."""
-    fields = text.rsplit(")", 1)[1].split()
-    # After the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
-    # utime stime cutime cstime priority nice threads itrealvalue starttime ...
-    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
-    return utime + stime, cutime + cstime, int(fields[19])
 
 
 def machine_busy_ticks() -> tuple[int, int]:
@@ -494,19 +496,6 @@ def collect(
 def spans_by_name(path: Path, start: int, end: int | None) -> Counter[str]:
     """Span names in the receiver's output between two byte offsets (metrics are skipped unparsed)."""
     return Counter(obj.get("name", "") for obj in span_objects(path, start, end))
-
-
-def wait_quiet_receiver(path: Path, seconds: float = 3.0, timeout: float = 30.0) -> None:
-    """Until the receiver's output has not grown for `seconds` (the last spans are in)."""
-    deadline = time.monotonic() + timeout
-    size, since = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        now = path.stat().st_size if path.exists() else 0
-        if now != size:
-            size, since = now, time.monotonic()
-        elif time.monotonic() - since >= seconds:
-            return
-        time.sleep(0.5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1092,7 +1081,7 @@ def run(options: argparse.Namespace) -> int:
                 raise E2EFailure(f"round {number}: the configurations' outcomes differ: " + "; ".join(problems[:10]))
         spans: dict[str, Counter[str]] = {}
         for name, config in configs.items():
-            wait_quiet_receiver(config.spans_path)
+            wait_quiet(config.spans_path, 3.0)
             if config.span_offsets:
                 spans[name] = spans_by_name(config.spans_path, config.span_offsets[0], None)
     finally:

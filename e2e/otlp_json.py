@@ -10,6 +10,7 @@ each second, which is most of the lines.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,19 @@ def span_objects(path: Path, start: int = 0, end: int | None = None) -> Iterator
                 continue
             if "spanId" in obj and "traceId" in obj:
                 yield obj
+
+
+def wait_quiet(path: Path, seconds: float, timeout: float = 30.0, interval: float = 0.1) -> None:
+    """Until the receiver's output has not grown for ``seconds`` (what was sent is in), or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    size, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = path.stat().st_size if path.exists() else 0
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return
+        time.sleep(interval)
 
 
 def read_received(path: Path, metric_prefix: str = "gym.") -> Received:

@@ -40,6 +40,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def parse_stat(text: str) -> tuple[int, int, int]:
+    """(own CPU ticks, reaped children's CPU ticks, start time) from a /proc/<pid>/stat line."""
+    fields = text.rsplit(")", 1)[1].split()
+    # After the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+    # utime stime cutime cstime priority nice threads itrealvalue starttime ...
+    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+    return utime + stime, cutime + cstime, int(fields[19])
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
