@@ -1,6 +1,6 @@
 """What a whole real run costs (issue 14): ``make bench-e2e`` runs real NeMo Gym 0.7.0 collections three ways.
 
-    python3 benchmarks/whole_run.py                 # 100 tasks x 4 repeats, concurrency 64, 5 rounds
+    python3 benchmarks/whole_run.py                 # 100 tasks x 4 repeats, concurrency 64, 21 rounds
     python3 benchmarks/whole_run.py --quick         # 4 tasks x 2, 1 round: proves the harness runs
     python3 benchmarks/whole_run.py --profile       # yappi in every Gym server for one round per configuration
     python3 benchmarks/whole_run.py --force         # run on a busy machine (the results say so)
@@ -49,6 +49,7 @@ import json
 import os
 import platform
 import pstats
+import random
 import re
 import shutil
 import statistics
@@ -119,6 +120,8 @@ SETTLE_SECONDS = 5.5
 TIMEOUT_SERVERS_READY = 300
 TIMEOUT_COLLECTION = 900
 BUSY_SAMPLE_SECONDS = 3.0
+GOAL = 1.02  # issue 14: full / contrib, wall time and CPU of all processes, median over rounds
+BOOTSTRAP_RESAMPLES = 4000
 PROFILE_HOOK = "_gym_bench_profile_hook"
 
 
@@ -135,7 +138,7 @@ class Workload:
         return self.tasks * self.repeats
 
 
-FULL = Workload(tasks=100, repeats=4, concurrency=64, rounds=5)
+FULL = Workload(tasks=100, repeats=4, concurrency=64, rounds=21)
 QUICK = Workload(tasks=4, repeats=2, concurrency=4, rounds=1, warmup=False)
 
 
@@ -625,6 +628,36 @@ def spread(values: list[float]) -> tuple[float, float, float]:
     return min(values), statistics.median(values), max(values)
 
 
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """A percentile-bootstrap interval of the median of ``values`` (rounds resampled with replacement,
+    a fixed seed: the same rounds give the same interval). It says how far the median of this many
+    rounds moves with the round-to-round noise of a shared machine."""
+    draw = random.Random(0)
+    medians = sorted(statistics.median(draw.choices(values, k=len(values))) for _ in range(BOOTSTRAP_RESAMPLES))
+    low = medians[int((1 - level) / 2 * BOOTSTRAP_RESAMPLES)]
+    high = medians[min(int((1 + level) / 2 * BOOTSTRAP_RESAMPLES), BOOTSTRAP_RESAMPLES - 1)]
+    return low, high
+
+
+def goal_line(collections: list[Collection]) -> list[str]:
+    """Issue 14's goal, judged on the medians, with how precisely this run's rounds pin each median down."""
+    parts = []
+    for what, label in (("wall", "wall time"), ("cpu", "CPU of all processes")):
+        values = ratios(collections, "full", "contrib", what)
+        if not values:
+            return []
+        median = statistics.median(values)
+        low, high = median_interval(values)
+        verdict = "met" if median <= GOAL else "**NOT met**"
+        parts.append(f"{label} {median:.3f} ({verdict}; 95% interval of the median {low:.3f} to {high:.3f})")
+    rounds = len(ratios(collections, "full", "contrib", "wall"))
+    return [
+        f"**Goal: full / contrib <= {GOAL:.2f}**, the median of {rounds} rounds' ratios: " + "; ".join(parts) + ". "
+        "The interval is a bootstrap over the rounds: where the median of as many rounds lands with this run's "
+        "round-to-round spread."
+    ]
+
+
 def ratios(collections: list[Collection], numerator: str, denominator: str, what: str) -> list[float]:
     by_round: dict[int, dict[str, Collection]] = {}
     for collection in collections:
@@ -746,6 +779,9 @@ def report(
             "CPU of all processes but the receiver (it stands for your tracing backend, which runs elsewhere), "
             "min / median / max: " + "; ".join(without) + ".",
         ]
+    goal = goal_line(collections)
+    if goal:
+        lines += ["", *goal]
     lines += ["", *cpu_table(collections), "", *span_table(collections, spans), ""]
     lines += [*share_lines(collections, spans, price), ""]
     lines += outcome_lines(collections)

@@ -227,6 +227,9 @@ def test_the_report_has_ratios_shares_spans_and_the_profile_breakdown(whole_run:
     text = whole_run.report(whole_run.FULL, collections, spans, ["- Machine: test"], False, False, 60.0, profiles, price)
     assert "| full | " in text and "full / contrib" in text and "contrib / none" in text
     assert "1.043 / 1.050 / 1.057" in text  # full / contrib wall, min / median / max of 7.3/7 and 7.4/7
+    # the goal, judged on those medians: wall 7.35/7, CPU 9.2/9 in both rounds
+    assert "**Goal: full / contrib <= 1.02**, the median of 2 rounds' ratios: wall time 1.050 (**NOT met**;" in text
+    assert "CPU of all processes 1.022 (**NOT met**; 95% interval of the median 1.022 to 1.022)" in text
     # full - contrib: (4 + 4.2 + 1) - (4 + 4 + 1) s of CPU over 400 rollouts, in both rounds
     assert "**The package's share**, full - contrib per rollout (medians): 0.50 ms" in text
     assert "Within a round it was +0.50 / +0.50 / +0.50 ms" in text
@@ -237,6 +240,29 @@ def test_the_report_has_ratios_shares_spans_and_the_profile_breakdown(whole_run:
     assert "| `gym.verify` | 0.00 | 3.00 |" in text
     assert "**Breakdown of the servers' share**" in text and "`plan.py:wrapper`" in text
     assert "Measured on a busy machine" not in text
+
+
+def _rounds(whole_run: ModuleType, full_walls: list[float], full_cpus: list[float]) -> list[object]:
+    collections = []
+    for number, (wall, cpu) in enumerate(zip(full_walls, full_cpus, strict=True), start=1):
+        for name, seconds, spent in (("contrib", 10.0, 10.0), ("full", wall, cpu)):
+            collections.append(
+                whole_run.Collection(name, number, 400, seconds, Counter({"collector": spent}), 0.0, {}, Counter())
+            )
+    return collections
+
+
+def test_the_goal_is_judged_on_the_median_and_its_interval_narrows_with_rounds(whole_run: ModuleType) -> None:
+    # Wall ratios 0.99 / 1.01 / 1.05: median 1.01, met. CPU ratios 1.00 / 1.03 / 1.04: median 1.03, not met.
+    line = whole_run.goal_line(_rounds(whole_run, [9.9, 10.1, 10.5], [10.0, 10.3, 10.4]))[0]
+    assert "the median of 3 rounds' ratios: wall time 1.010 (met;" in line
+    assert "CPU of all processes 1.030 (**NOT met**;" in line
+    # The same spread over more rounds pins the median down more tightly, around it.
+    noisy = [1.0, 1.04, 0.99, 1.05, 1.02]
+    few, many = whole_run.median_interval(noisy), whole_run.median_interval(noisy * 5)
+    assert few[0] <= 1.02 <= few[1] and many[0] <= 1.02 <= many[1]
+    assert many[1] - many[0] < few[1] - few[0]
+    assert whole_run.median_interval([1.01] * 7) == (1.01, 1.01)
 
 
 # What the receiver printed in a real ``make bench-e2e`` run (full, NeMo Gym 0.7.0): its banner, a metric
