@@ -5,8 +5,10 @@
     python3 benchmarks/whole_run.py --profile       # yappi in every Gym server for one round per configuration
     python3 benchmarks/whole_run.py --force         # run on a busy machine (the results say so)
 
-The three configurations, each with its own receiver, scripted model and ``gym env start`` (its own
-servers and Ray cluster), all started before the first round and kept for the whole run:
+The three configurations, each with its own receiver, scripted model, Ray cluster (``ray start``
+under the configuration's launcher, on ports of its own, given to NeMo Gym as
+``ray_head_node_address``) and ``gym env start`` (its own servers), all started before the first
+round and kept for the whole run:
 
 - ``none``: plain ``gym``, no launcher;
 - ``contrib``: ``opentelemetry-instrument`` with this package disabled
@@ -76,6 +78,7 @@ from processes import (  # noqa: E402
     exited,
     free_port,
     log,
+    parent_pid,
     parse_stat,
     port_open,
     run_main,
@@ -184,23 +187,42 @@ class ProcessCPU:
 
 
 def snapshot(markers: set[str]) -> dict[tuple[int, int], ProcessCPU]:
-    """Every live process carrying one of these run markers, keyed by (pid, start time)."""
+    """Every live process of a run, keyed by (pid, start time): one whose environment carries a run
+    marker, or whose parent's (or parent's parent's...) does. A process that rewrites its title can
+    overwrite its environment as /proc shows it (Ray's ``ray::DashboardAgent`` sometimes does): without
+    its ancestry it would vanish from the figures of one configuration and not another's."""
     needles = {f"{RUN_MARKER_VAR}={marker}".encode(): marker for marker in markers}
-    found: dict[tuple[int, int], ProcessCPU] = {}
+    seen: dict[int, tuple[str | None, int, int, int, list[str], str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
-            marker = next((needles[item] for item in environ if item in needles), None)
-            if marker is None:
-                continue
-            own, children, started = parse_stat((entry / "stat").read_text())
+            stat = (entry / "stat").read_text()
+            own, children, started = parse_stat(stat)
+            parent = parent_pid(stat)
             cmdline = [part.decode(errors="replace") for part in (entry / "cmdline").read_bytes().split(b"\0") if part]
             cwd = os.readlink(entry / "cwd")
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile, or a zombie
-        found[(int(entry.name), started)] = ProcessCPU(marker, group_of(cmdline, cwd), own + children)
+        marker = next((needles[item] for item in environ if item in needles), None)
+        seen[int(entry.name)] = (marker, parent, own + children, started, cmdline, cwd)
+
+    def marker_of(pid: int) -> str | None:
+        for _ in range(64):  # a chain of parents, never a cycle, but bounded all the same
+            if pid not in seen:
+                return None
+            marker, parent = seen[pid][0], seen[pid][1]
+            if marker is not None:
+                return marker
+            pid = parent
+        return None
+
+    found: dict[tuple[int, int], ProcessCPU] = {}
+    for pid, (_, _, ticks, started, cmdline, cwd) in seen.items():
+        marker = marker_of(pid)
+        if marker is not None:
+            found[(pid, started)] = ProcessCPU(marker, group_of(cmdline, cwd), ticks)
     return found
 
 
@@ -295,13 +317,18 @@ class Configuration:
     processes: Processes
     receiver_port: int = 0
     head_port: int = 0
+    ray_address: str = ""  # its own Ray cluster's, from `ray start`
     capture_dir: Path = Path()
     spans_path: Path = Path()
     span_offsets: list[int] = field(default_factory=list)  # receiver output size at each timed round's start
 
     @property
     def head(self) -> list[str]:
-        return ["+head_server.host=127.0.0.1", f"+head_server.port={self.head_port}"]
+        return [
+            "+head_server.host=127.0.0.1",
+            f"+head_server.port={self.head_port}",
+            f"+ray_head_node_address={self.ray_address}",
+        ]
 
     @property
     def capture(self) -> list[str]:
@@ -356,6 +383,36 @@ def start_configuration(
     )
     wait_for("the model server's port", model_port_file.exists, 30, exited(model, "model server", model_log))
     model_port = int(model_port_file.read_text())
+
+    # Each configuration's own Ray cluster, on ports of its own. `gym env start` would start one itself
+    # with `ray.init()`, whose dashboard agent always listens on 52365: of three clusters on one machine,
+    # only the agent that binds first runs (the others log "address already in use" and exit), so one
+    # configuration, by chance, paid for a dashboard agent the others did not have (about 0.3 ms of CPU
+    # per rollout). Started under the configuration's launcher, as `gym env start` would start it.
+    ray_port = free_port()
+    ray_log = work / "ray_start.log"
+    ray_start = config.processes.start(
+        f"{name}: ray start",
+        [
+            *launcher,
+            str(bin_dir / "ray"),
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={ray_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            "--disable-usage-stats",  # as `ray.init()` sets for a released wheel
+        ],
+        ray_log,
+        work,
+        {**env, "RAY_AUTH_MODE": "disabled"},  # `ray start` turns token auth on; a `ray.init()` cluster has none
+    )
+    code, _ = wait_reaped(ray_start, TIMEOUT_SERVERS_READY)
+    if code != 0:
+        raise E2EFailure(f"{name}: ray start failed (exit {code}); log: {ray_log}\n{e2e_run.tail(ray_log)}")
+    config.ray_address = f"127.0.0.1:{ray_port}"
 
     gym_site = e2e_run.site_packages(venv_python)
     venvs_root = work / "server-venvs"

@@ -49,6 +49,11 @@ def parse_stat(text: str) -> tuple[int, int, int]:
     return utime + stime, cutime + cstime, int(fields[19])
 
 
+def parent_pid(text: str) -> int:
+    """The parent's pid from a /proc/<pid>/stat line."""
+    return int(text.rsplit(")", 1)[1].split()[1])
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
