@@ -192,7 +192,7 @@ def snapshot(markers: set[str]) -> dict[tuple[int, int], ProcessCPU]:
     overwrite its environment as /proc shows it (Ray's ``ray::DashboardAgent`` sometimes does): without
     its ancestry it would vanish from the figures of one configuration and not another's."""
     needles = {f"{RUN_MARKER_VAR}={marker}".encode(): marker for marker in markers}
-    seen: dict[int, tuple[str | None, int, int, int, list[str], str]] = {}
+    seen: dict[int, tuple[str | None, int, int, int]] = {}  # pid: (marker, parent, ticks, start time)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -201,12 +201,10 @@ def snapshot(markers: set[str]) -> dict[tuple[int, int], ProcessCPU]:
             stat = (entry / "stat").read_text()
             own, children, started = parse_stat(stat)
             parent = parent_pid(stat)
-            cmdline = [part.decode(errors="replace") for part in (entry / "cmdline").read_bytes().split(b"\0") if part]
-            cwd = os.readlink(entry / "cwd")
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile, or a zombie
         marker = next((needles[item] for item in environ if item in needles), None)
-        seen[int(entry.name)] = (marker, parent, own + children, started, cmdline, cwd)
+        seen[int(entry.name)] = (marker, parent, own + children, started)
 
     def marker_of(pid: int) -> str | None:
         for _ in range(64):  # a chain of parents, never a cycle, but bounded all the same
@@ -219,10 +217,17 @@ def snapshot(markers: set[str]) -> dict[tuple[int, int], ProcessCPU]:
         return None
 
     found: dict[tuple[int, int], ProcessCPU] = {}
-    for pid, (_, _, ticks, started, cmdline, cwd) in seen.items():
+    for pid, (_, _, ticks, started) in seen.items():
         marker = marker_of(pid)
-        if marker is not None:
-            found[(pid, started)] = ProcessCPU(marker, group_of(cmdline, cwd), ticks)
+        if marker is None:
+            continue
+        try:  # what it is, read for a run's processes only
+            entry = Path("/proc") / str(pid)
+            cmdline = [part.decode(errors="replace") for part in (entry / "cmdline").read_bytes().split(b"\0") if part]
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue  # gone meanwhile
+        found[(pid, started)] = ProcessCPU(marker, group_of(cmdline, cwd), ticks)
     return found
 
 
@@ -386,9 +391,9 @@ def start_configuration(
 
     # Each configuration's own Ray cluster, on ports of its own. `gym env start` would start one itself
     # with `ray.init()`, whose dashboard agent always listens on 52365: of three clusters on one machine,
-    # only the agent that binds first runs (the others log "address already in use" and exit), so one
-    # configuration, by chance, paid for a dashboard agent the others did not have (about 0.3 ms of CPU
-    # per rollout). Started under the configuration's launcher, as `gym env start` would start it.
+    # only the agent that binds first serves HTTP (the others log "address already in use" and run on
+    # without it), so the configurations' Ray clusters did different work. Started under the
+    # configuration's launcher, as `gym env start` would start it.
     ray_port = free_port()
     ray_log = work / "ray_start.log"
     ray_start = config.processes.start(

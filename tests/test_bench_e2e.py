@@ -83,28 +83,25 @@ def test_cpu_between_counts_a_new_process_whole_and_a_known_one_by_its_growth(wh
     assert spent["b"] == Counter({"receiver": 0.0})
 
 
-def test_snapshot_finds_a_run_s_processes_by_marker_or_by_ancestry(whole_run: ModuleType, tmp_path: Path) -> None:
+def test_snapshot_finds_a_run_s_processes_by_marker_or_by_ancestry(whole_run: ModuleType) -> None:
     # A real process tree: a child with the run marker, and its child started with an empty environment
     # (as /proc shows a Ray agent whose title overwrote it); a process of another run, and one of none.
     marker, other = "m" + os.urandom(6).hex(), "o" + os.urandom(6).hex()
-    ready = tmp_path / "ready"
     grandchild = "import time; time.sleep(60)"
     child = (
-        "import subprocess, sys, time, pathlib\n"
+        "import subprocess, sys, time\n"
         f"p = subprocess.Popen([sys.executable, '-c', {grandchild!r}], env={{}})\n"
-        f"pathlib.Path({str(ready)!r}).write_text(str(p.pid))\n"
+        "print(p.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
     variable = whole_run.RUN_MARKER_VAR
-    parent = subprocess.Popen([sys.executable, "-c", child], env={**os.environ, variable: marker})
+    parent = subprocess.Popen([sys.executable, "-c", child], env={**os.environ, variable: marker}, stdout=subprocess.PIPE)
     stranger = subprocess.Popen([sys.executable, "-c", grandchild], env={**os.environ, variable: other})
     unmarked = subprocess.Popen([sys.executable, "-c", grandchild], env={})
+    orphan_env = None
     try:
-        deadline = time.monotonic() + 30
-        while not ready.exists() or not ready.read_text():
-            assert time.monotonic() < deadline, "the child never started its own child"
-            time.sleep(0.05)
-        orphan_env = int(ready.read_text())
+        assert parent.stdout is not None
+        orphan_env = int(parent.stdout.readline())  # the child has started its own child
         found = whole_run.snapshot({marker})
         pids = {pid: process.marker for (pid, _), process in found.items()}
         assert pids == {parent.pid: marker, orphan_env: marker}
@@ -114,8 +111,8 @@ def test_snapshot_finds_a_run_s_processes_by_marker_or_by_ancestry(whole_run: Mo
     finally:
         for process in (stranger, unmarked):
             process.kill()
-        if ready.exists() and ready.read_text():
-            os.kill(int(ready.read_text()), 9)
+        if orphan_env is not None:
+            os.kill(orphan_env, 9)
         parent.kill()
         for process in (parent, stranger, unmarked):
             process.wait()
