@@ -8,7 +8,9 @@
 The three configurations, each with its own receiver, scripted model, Ray cluster (``ray start``
 under the configuration's launcher, on ports of its own, given to NeMo Gym as
 ``ray_head_node_address``) and ``gym env start`` (its own servers), all started before the first
-round and kept for the whole run:
+round and kept for the whole run, but each running only for its own collections: the others'
+processes are stopped (SIGSTOP) meanwhile, so that their idle Ray clusters and servers take no CPU
+from it, as on a machine that runs one pipeline:
 
 - ``none``: plain ``gym``, no launcher;
 - ``contrib``: ``opentelemetry-instrument`` with this package disabled
@@ -54,6 +56,7 @@ import pstats
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -120,6 +123,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # (short of a full batch) spans only after its schedule delay, 5 s by default; the same wait for every
 # configuration, so that export and its receipt are inside the window.
 SETTLE_SECONDS = 5.5
+# While one configuration collects, the others' processes are stopped (SIGSTOP): their idle Ray
+# clusters and servers would otherwise take CPU from it at random. Resumed, a configuration gets
+# this long before its CPU is first read, for the timers that came due while it was stopped.
+THAW_SECONDS = 2.0
 TIMEOUT_SERVERS_READY = 300
 TIMEOUT_COLLECTION = 900
 BUSY_SAMPLE_SECONDS = 3.0
@@ -229,6 +236,35 @@ def snapshot(markers: set[str]) -> dict[tuple[int, int], ProcessCPU]:
             continue  # gone meanwhile
         found[(pid, started)] = ProcessCPU(marker, group_of(cmdline, cwd), ticks)
     return found
+
+
+def signal_run(marker: str, signum: int) -> set[tuple[int, int]]:
+    """Send ``signum`` to every live process of a run (as :func:`snapshot` finds them): the (pid, start time) signalled."""
+    signalled = set()
+    for pid, started in snapshot({marker}):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            continue  # gone meanwhile
+        signalled.add((pid, started))
+    return signalled
+
+
+def freeze(marker: str) -> None:
+    """Stop (SIGSTOP) every process of a run, until a pass finds none that was not stopped: a process that
+    one of them started just before it stopped is found by the next pass."""
+    stopped: set[tuple[int, int]] = set()
+    for _ in range(20):
+        found = signal_run(marker, signal.SIGSTOP)
+        if found <= stopped:
+            return
+        stopped |= found
+    raise E2EFailure(f"run {marker}: its processes kept starting new ones; they could not all be stopped")
+
+
+def thaw(marker: str) -> None:
+    """Resume (SIGCONT) every process of a run; a stopped process starts nothing, so one pass reaches all."""
+    signal_run(marker, signal.SIGCONT)
 
 
 def cpu_between(before: dict[tuple[int, int], ProcessCPU], after: dict[tuple[int, int], ProcessCPU]) -> dict[str, Counter[str]]:
@@ -612,6 +648,38 @@ class Profile:
     gc_ms: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # CPU ms per rollout, per generation
 
 
+def collect_alone(
+    config: Configuration,
+    round_label: str,
+    round_number: int,
+    tasks_path: Path,
+    workload: Workload,
+    markers: set[str],
+    profile_dir: Path | None = None,
+    profiles: list[Profile] | None = None,
+) -> Collection:
+    """One collection with only this configuration's processes running: resumed, given THAW_SECONDS, then
+    collected (profiled, with ``profile_dir``: the servers' profiles are appended to ``profiles``), and stopped."""
+    thaw(config.marker)
+    try:
+        time.sleep(THAW_SECONDS)
+        if profile_dir is not None:
+            (profile_dir / config.name / "start").touch()
+            time.sleep(0.5)
+        collection = collect(config, round_label, round_number, tasks_path, workload, markers)
+        if profile_dir is not None and profiles is not None:
+            (profile_dir / config.name / "stop").touch()  # each server writes <pid>.pstat, then <pid>.json
+            wait_for(
+                f"{config.name}: the servers' profiles",
+                lambda d=profile_dir / config.name: len(list(d.glob("*.json"))) >= EXPECTED_SERVERS,
+                60,
+            )
+            profiles.append(read_profiles(profile_dir / config.name, config.name, collection.rollouts))
+        return collection
+    finally:
+        freeze(config.marker)
+
+
 def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
     by_server: Counter[str] = Counter()
     by_category: Counter[str] = Counter()
@@ -785,7 +853,8 @@ def report(
         "`make bench-e2e` (`benchmarks/whole_run.py`; `make bench` keeps this section as it is): real `gym env start` and "
         f"`gym eval run --no-serve` collections of {workload.rollouts} mcqa rollouts ({workload.tasks} tasks x "
         f"{workload.repeats}), concurrency {workload.concurrency}, model-call capture and the health pass on, against a "
-        "scripted model on 127.0.0.1; each configuration with its own servers, receiver and model; "
+        "scripted model on 127.0.0.1; each configuration with its own servers, receiver and model, its processes "
+        f"stopped (SIGSTOP) while another collects and resumed {THAW_SECONDS:g} s before its own collections; "
         f"{'no warm-up, ' if not workload.warmup else 'one untimed warm-up each, '}{workload.rounds} round(s), the order "
         "rotating. Ratios are taken within a round; min / median / max over rounds. CPU is every process of the "
         "configuration (collector, servers, Ray, model, receiver), from `/proc` and `wait4`, read "
@@ -1152,31 +1221,26 @@ def run(options: argparse.Namespace) -> int:
         for name in names:
             start_configuration(name, venv_python, scratch, tasks_path, profile_dir, configs)
         markers = {config.marker for config in configs.values()}
+        time.sleep(SETTLE_SECONDS)  # the servers' start-up spans are sent before their processes stop
+        for config in configs.values():
+            freeze(config.marker)  # each runs only for its own collections (THAW_SECONDS)
         if workload.warmup:
             for name in names:
-                collect(configs[name], "warm-up", 0, tasks_path, workload, markers)
+                collect_alone(configs[name], "warm-up", 0, tasks_path, workload, markers)
         for number in range(1, workload.rounds + 1):
             order = names[(number - 1) % len(names) :] + names[: (number - 1) % len(names)]
             log(f"round {number}: {', '.join(order)}")
             for name in order:
                 config = configs[name]
                 config.span_offsets.append(config.spans_path.stat().st_size)
-                if profile_dir is not None:
-                    (profile_dir / name / "start").touch()
-                    time.sleep(0.5)
-                collection = collect(config, f"round-{number}", number, tasks_path, workload, markers)
-                if profile_dir is not None:
-                    (profile_dir / name / "stop").touch()  # each server writes <pid>.pstat, then <pid>.json
-                    wait_for(
-                        f"{name}: the servers' profiles",
-                        lambda d=profile_dir / name: len(list(d.glob("*.json"))) >= EXPECTED_SERVERS,
-                        60,
-                    )
-                    profiles.append(read_profiles(profile_dir / name, name, collection.rollouts))
+                label = f"round-{number}"
+                collection = collect_alone(config, label, number, tasks_path, workload, markers, profile_dir, profiles)
                 collections.append(collection)
             problems = compare_outcomes({c.configuration: c.outcomes for c in collections if c.round == number})
             if problems:
                 raise E2EFailure(f"round {number}: the configurations' outcomes differ: " + "; ".join(problems[:10]))
+        for config in configs.values():
+            thaw(config.marker)
         spans: dict[str, Counter[str]] = {}
         for name, config in configs.items():
             wait_quiet(config.spans_path, 3.0)
@@ -1184,6 +1248,7 @@ def run(options: argparse.Namespace) -> int:
                 spans[name] = spans_by_name(config.spans_path, config.span_offsets[0], None)
     finally:
         for config in reversed(list(configs.values())):
+            thaw(config.marker)  # a stopped process would not see the Ctrl-C that stops it
             survivors = config.processes.stop_all(config.marker)
             if survivors:
                 log(f"{config.name}: processes still alive after stopping: {survivors}")

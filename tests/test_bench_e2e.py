@@ -118,6 +118,43 @@ def test_snapshot_finds_a_run_s_processes_by_marker_or_by_ancestry(whole_run: Mo
             process.wait()
 
 
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_freeze_stops_a_run_s_whole_tree_and_thaw_resumes_it(whole_run: ModuleType) -> None:
+    # A real tree of busy processes: a marked parent and its child with an empty environment, beside an
+    # unmarked one. Frozen, the run's processes are stopped and spend no CPU; the other runs on.
+    marker = "f" + os.urandom(6).hex()
+    spin = "while True: pass"
+    child = (
+        "import subprocess, sys\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {spin!r}], env={{}})\n"
+        f"print(p.pid, flush=True)\n{spin}\n"
+    )
+    variable = whole_run.RUN_MARKER_VAR
+    parent = subprocess.Popen([sys.executable, "-c", child], env={**os.environ, variable: marker}, stdout=subprocess.PIPE)
+    unmarked = subprocess.Popen([sys.executable, "-c", spin], env={})
+    grandchild = None
+    try:
+        assert parent.stdout is not None
+        grandchild = int(parent.stdout.readline())
+        whole_run.freeze(marker)
+        run = (parent.pid, grandchild)
+        assert [_state(pid) for pid in run] == ["T", "T"] and _state(unmarked.pid) != "T"
+        ticks = [whole_run.parse_stat(Path(f"/proc/{pid}/stat").read_text())[0] for pid in run]
+        time.sleep(0.3)
+        assert [whole_run.parse_stat(Path(f"/proc/{pid}/stat").read_text())[0] for pid in run] == ticks
+        whole_run.thaw(marker)
+        assert "T" not in [_state(pid) for pid in run]
+    finally:
+        for pid in (parent.pid, unmarked.pid, grandchild):
+            if pid is not None:
+                os.kill(pid, 9)
+        for process in (parent, unmarked):
+            process.wait()
+
+
 def test_outcomes_must_be_the_same_rows_and_rewards_per_task(whole_run: ModuleType) -> None:
     rows = [{"_ng_task_index": t, "_ng_rollout_index": r, "reward": float((t + r) % 2)} for t in range(3) for r in range(2)]
     same_rewards_other_order = [{**row, "reward": 1.0 - row["reward"]} for row in rows]
