@@ -981,7 +981,6 @@ def share_lines(collections: list[Collection], spans: dict[str, Counter[str]], p
 
     if not all(any(c.configuration == n for c in collections) for n in CONFIGURATIONS):
         return []
-    total = median_ms("full", lambda c: c.cpu_total) - median_ms("contrib", lambda c: c.cpu_total)
     contrib_total = median_ms("contrib", lambda c: c.cpu_total)
     servers = sum(
         median_ms("full", lambda c, g=group: c.cpu.get(g, 0.0)) - median_ms("contrib", lambda c, g=group: c.cpu.get(g, 0.0))
@@ -997,13 +996,18 @@ def share_lines(collections: list[Collection], spans: dict[str, Counter[str]], p
         for (name, number), full in sorted(by_round.items())
         if name == "full" and ("contrib", number) in by_round
     ]
+    # Rounds are paired: the share is the median of the rounds' own full - contrib, with how precisely they pin it.
+    total = statistics.median(per_round)
+    low, high = median_interval(per_round)
     rollouts = {n: sum(c.rollouts for c in collections if c.configuration == n) for n in CONFIGURATIONS}
     per_rollout = {n: sum(spans.get(n, Counter()).values()) / max(rollouts[n], 1) for n in ("contrib", "full")}
     tracing = contrib_total - median_ms("none", lambda c: c.cpu_total)
     lines = [
-        f"**The package's share**, full - contrib per rollout (medians): {total:.2f} ms of CPU, {total / contrib_total:.1%} "
-        f"of contrib's {contrib_total:.2f} ms: the Gym servers {servers:+.2f}, the collector {part('collector'):+.2f}, "
-        f"the receiver {part('receiver'):+.2f}, Ray {part('Ray'):+.2f}. Within a round it was "
+        f"**The package's share**, full - contrib per rollout: {total:.2f} ms of CPU, the median of the rounds' own "
+        f"(95% interval of the median {low:+.2f} to {high:+.2f}), {total / contrib_total:.1%} of contrib's "
+        f"{contrib_total:.2f} ms. By process group (each group's own medians, which need not add up to the whole): the "
+        f"Gym servers {servers:+.2f}, the collector {part('collector'):+.2f}, the receiver {part('receiver'):+.2f}, Ray "
+        f"{part('Ray'):+.2f}. Within a round it was "
         + " / ".join(f"{v:+.2f}" for v in spread(per_round))
         + f" ms (min / median / max). contrib's tracing costs {tracing:.2f} ms per rollout over none, for "
         f"{per_rollout['contrib']:.1f} spans and the instrumentations that make them."
@@ -1029,9 +1033,15 @@ def share_lines(collections: list[Collection], spans: dict[str, Counter[str]], p
             f"with the entry, {baggage['us_per_hop_without']:.1f} us without.",
             "",
             f"Together {floor:.2f} ms, {floor / contrib_total:.1%} of contrib: the least the required spans and baggage "
-            f"cost. The rest of the share, {total - floor:+.2f} ms per rollout, is the package's own work in the run and "
-            "what its spans and baggage cost there beyond their price alone (caches and the garbage collector are shared "
-            "with everything else).",
+            "cost. "
+            + (
+                f"That price lies inside the share's interval ({low:+.2f} to {high:+.2f} ms): this run cannot tell the "
+                f"package's own work ({total - floor:+.2f} ms per rollout beyond the price) from its round-to-round noise."
+                if low <= floor <= high
+                else f"The rest of the share, {total - floor:+.2f} ms per rollout, is the package's own work in the run and "
+                "what its spans and baggage cost there beyond their price alone (caches and the garbage collector are "
+                "shared with everything else)."
+            ),
         ]
     return lines
 

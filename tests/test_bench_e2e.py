@@ -8,6 +8,7 @@ the scripted model), the profile's categories, and that ``make bench`` keeps its
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -303,7 +304,8 @@ def test_the_report_has_ratios_shares_spans_and_the_profile_breakdown(whole_run:
     assert "**Goal: full / contrib <= 1.02**, the median of 2 rounds' ratios: wall time 1.050 (**NOT met**;" in text
     assert "CPU of all processes 1.022 (**NOT met**; 95% interval of the median 1.022 to 1.022)" in text
     # full - contrib: (4 + 4.2 + 1) - (4 + 4 + 1) s of CPU over 400 rollouts, in both rounds
-    assert "**The package's share**, full - contrib per rollout (medians): 0.50 ms" in text
+    assert "**The package's share**, full - contrib per rollout: 0.50 ms of CPU, the median of the rounds' own" in text
+    assert "(95% interval of the median +0.50 to +0.50)" in text
     assert "Within a round it was +0.50 / +0.50 / +0.50 ms" in text
     assert "the package's 3.0 spans per rollout" in text and "0.30 ms per rollout" in text
     assert "on 7.0 requests per rollout" in text and "0.042 ms per rollout" in text
@@ -312,6 +314,16 @@ def test_the_report_has_ratios_shares_spans_and_the_profile_breakdown(whole_run:
     assert "| `gym.verify` | 0.00 | 3.00 |" in text
     assert "**Breakdown of the servers' share**" in text and "`plan.py:wrapper`" in text
     assert "Measured on a busy machine" not in text
+    assert "cannot tell" not in text
+    # Round 2's full spends 0.3 s less in its server: shares +0.50 and -0.25 ms, an interval that holds the price.
+    noisy = [
+        dataclasses.replace(c, cpu=c.cpu + Counter({"server mcqa": -0.3})) if (c.configuration, c.round) == ("full", 2) else c
+        for c in collections
+    ]
+    text = whole_run.report(whole_run.FULL, noisy, spans, ["- Machine: test"], False, False, 60.0, profiles, price)
+    assert "(95% interval of the median -0.25 to +0.50)" in text
+    assert "That price lies inside the share's interval (-0.25 to +0.50 ms): this run cannot tell" in text
+    assert "The rest of the share" not in text
 
 
 def _rounds(whole_run: ModuleType, full_walls: list[float], full_cpus: list[float]) -> list[object]:
