@@ -50,6 +50,7 @@ import argparse
 import datetime
 import importlib.util
 import json
+import math
 import os
 import platform
 import pstats
@@ -132,6 +133,7 @@ TIMEOUT_COLLECTION = 900
 BUSY_SAMPLE_SECONDS = 3.0
 GOAL = 1.02  # issue 14: full / contrib, wall time and CPU of all processes, median over rounds
 BOOTSTRAP_RESAMPLES = 4000
+SPEED_SAMPLES = "speed.txt"  # benchmarks/speed_probe.py's samples, in WORK
 PROFILE_HOOK = "_gym_bench_profile_hook"
 
 
@@ -285,6 +287,26 @@ def others_cores(seconds: float = BUSY_SAMPLE_SECONDS) -> float:
     busy1, _ = machine_busy_ticks()
     own = time.process_time() - own0
     return max(0.0, ((busy1 - busy0) / CLOCK_TICKS - own) / seconds)
+
+
+def start_speed_probe(processes: Processes) -> subprocess.Popen[bytes]:
+    """``speed_probe.py`` for the whole run, on this interpreter, outside every configuration (no marker)."""
+    path = WORK / SPEED_SAMPLES
+    path.touch()
+    command = [sys.executable, str(HERE / "speed_probe.py"), str(path)]
+    return processes.start("speed probe", command, WORK / "speed_probe.log", WORK)
+
+
+def probe_mean(path: Path, start: float, end: float) -> float:
+    """The speed probe's mean CPU microseconds per piece between two ``time.monotonic()`` readings (0: none)."""
+    if not path.exists():
+        return 0.0
+    spent = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and start <= float(parts[0]) <= end:
+            spent.append(int(parts[1]) / 1000)
+    return statistics.mean(spent) if spent else 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,6 +536,7 @@ class Collection:
     others: float  # the rest of the machine, in cores, over the collection
     outcomes: dict[int, list[float | None]]
     verdicts: Counter[str]
+    speed: float = 0.0  # the speed probe's mean CPU us per piece over the CPU window (0: no samples)
 
     @property
     def cpu_total(self) -> float:
@@ -564,6 +587,7 @@ def collect(
     before = snapshot(markers)
     busy_before, _ = machine_busy_ticks()
     own_before = time.process_time()
+    window_start = time.monotonic()
     started = time.perf_counter()
     process = config.processes.start(f"{config.name}: gym eval run ({round_label})", command, log_path, out)
     code, collector_cpu = wait_reaped(process, TIMEOUT_COLLECTION)
@@ -572,6 +596,7 @@ def collect(
     after = snapshot(markers)
     busy_after, _ = machine_busy_ticks()
     elapsed = time.perf_counter() - started
+    speed = probe_mean(WORK / SPEED_SAMPLES, window_start, time.monotonic())
     if code != 0:
         raise E2EFailure(f"{config.name}: the collection failed (exit {code}); log: {log_path}\n{e2e_run.tail(log_path)}")
     spent = cpu_between(before, after)
@@ -589,9 +614,9 @@ def collect(
     verdicts = Counter(str(row.get("verdict")) for row in e2e_run.read_jsonl(rollouts_path.with_name("rollout_verdicts.jsonl")))
     log(
         f"{config.name} {round_label}: {wall:.2f} s wall, {sum(cpu.values()):.2f} s CPU "
-        f"(collector {cpu['collector']:.2f} s), others {others:.2f} cores"
+        f"(collector {cpu['collector']:.2f} s), others {others:.2f} cores, speed probe {speed:.0f} us"
     )
-    return Collection(config.name, round_number, len(rows), wall, cpu, others, rollout_outcomes(rows), verdicts)
+    return Collection(config.name, round_number, len(rows), wall, cpu, others, rollout_outcomes(rows), verdicts, speed)
 
 
 def spans_by_name(path: Path, start: int, end: int | None) -> Counter[str]:
@@ -770,25 +795,82 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
 
 
 def goal_line(collections: list[Collection]) -> list[str]:
-    """Issue 14's goal, judged on the medians, with how precisely this run's rounds pin each median down."""
-    parts = []
-    for what, label in (("wall", "wall time"), ("cpu", "CPU of all processes")):
-        values = ratios(collections, "full", "contrib", what)
-        if not values:
-            return []
-        median = statistics.median(values)
-        low, high = median_interval(values)
-        verdict = "met" if median <= GOAL else "**NOT met**"
-        parts.append(f"{label} {median:.3f} ({verdict}; 95% interval of the median {low:.3f} to {high:.3f})")
-    rounds = len(ratios(collections, "full", "contrib", "wall"))
-    return [
-        f"**Goal: full / contrib <= {GOAL:.2f}**, the median of {rounds} rounds' ratios: " + "; ".join(parts) + ". "
-        "The interval is a bootstrap over the rounds: where the median of as many rounds lands with this run's "
-        "round-to-round spread."
-    ]
+    """Issue 14's goal, judged on the medians, with how precisely this run's rounds pin each median down;
+    and judged again on the rounds' ratios adjusted for the machine's speed (:func:`speed_fit`)."""
+    lines = []
+    for adjusted in (False, True):
+        parts = []
+        for what, label in (("wall", "wall time"), ("cpu", "CPU of all processes")):
+            fit = speed_fit(collections, what) if adjusted else None
+            if adjusted and fit is None:
+                return lines
+            values = ratios(collections, "full", "contrib", what, fit)
+            if not values:
+                return lines
+            median = statistics.median(values)
+            low, high = median_interval(values)
+            verdict = "met" if median <= GOAL else "**NOT met**"
+            parts.append(f"{label} {median:.3f} ({verdict}; 95% interval of the median {low:.3f} to {high:.3f})")
+        rounds = len(ratios(collections, "full", "contrib", "wall"))
+        if not adjusted:
+            lines.append(
+                f"**Goal: full / contrib <= {GOAL:.2f}**, the median of {rounds} rounds' ratios: " + "; ".join(parts) + ". "
+                "The interval is a bootstrap over the rounds: where the median of as many rounds lands with this run's "
+                "round-to-round spread."
+            )
+        else:
+            lines += ["", "**The same rounds adjusted for the machine's speed** (below): " + "; ".join(parts) + "."]
+    return lines
 
 
-def ratios(collections: list[Collection], numerator: str, denominator: str, what: str) -> list[float]:
+@dataclass(frozen=True)
+class SpeedFit:
+    """How a collection's wall or CPU time follows the speed probe over its window."""
+
+    slope: float  # d log(value) / d log(probe's time per piece)
+    correlation: float
+    collections: int
+    spread: tuple[float, float]  # the probe's lowest and highest collection mean, us per piece
+
+
+def speed_fit(collections: list[Collection], what: str) -> SpeedFit | None:
+    """The least-squares slope of log(value) on log(probe), each collection against its configuration's mean
+    of logs (the configurations differ in their work, not in the machine they run on); None without probe
+    samples for every collection or with too few collections."""
+    if not collections or any(c.speed <= 0 for c in collections):
+        return None
+    xs: list[float] = []
+    ys: list[float] = []
+    for name in CONFIGURATIONS:
+        mine = [c for c in collections if c.configuration == name]
+        if len(mine) < 2:
+            continue
+        x = [math.log(c.speed) for c in mine]
+        y = [math.log(value_of(c, what)) for c in mine]
+        xs += [v - statistics.mean(x) for v in x]
+        ys += [v - statistics.mean(y) for v in y]
+    sxx = sum(v * v for v in xs)
+    syy = sum(v * v for v in ys)
+    if len(xs) < 4 or sxx <= 0 or syy <= 0:
+        return None
+    sxy = sum(a * b for a, b in zip(xs, ys, strict=True))
+    speeds = [c.speed for c in collections]
+    return SpeedFit(sxy / sxx, sxy / math.sqrt(sxx * syy), len(xs), (min(speeds), max(speeds)))
+
+
+def value_of(collection: Collection, what: str) -> float:
+    if what == "wall":
+        return collection.wall
+    if what == "cpu":
+        return collection.cpu_total
+    return collection.cpu_without_receiver
+
+
+def ratios(
+    collections: list[Collection], numerator: str, denominator: str, what: str, fit: SpeedFit | None = None
+) -> list[float]:
+    """The rounds' ratios; with ``fit``, each divided by the two collections' probe ratio to the fit's power:
+    what the ratio would have been had the machine run at one speed for both."""
     by_round: dict[int, dict[str, Collection]] = {}
     for collection in collections:
         by_round.setdefault(collection.round, {})[collection.configuration] = collection
@@ -796,13 +878,39 @@ def ratios(collections: list[Collection], numerator: str, denominator: str, what
     for pair in by_round.values():
         if numerator in pair and denominator in pair:
             top, bottom = pair[numerator], pair[denominator]
-            if what == "wall":
-                values.append(top.wall / bottom.wall)
-            elif what == "cpu":
-                values.append(top.cpu_total / bottom.cpu_total)
-            else:
-                values.append(top.cpu_without_receiver / bottom.cpu_without_receiver)
+            ratio = value_of(top, what) / value_of(bottom, what)
+            if fit is not None:
+                ratio /= (top.speed / bottom.speed) ** fit.slope
+            values.append(ratio)
     return values
+
+
+def speed_lines(collections: list[Collection]) -> list[str]:
+    """What the speed probe saw, how well it explains the collections' spread, and the adjusted ratios'."""
+    fits = {what: speed_fit(collections, what) for what in ("wall", "cpu")}
+    if any(fit is None for fit in fits.values()):
+        return []
+    wall, cpu = fits["wall"], fits["cpu"]
+    assert wall is not None and cpu is not None
+
+    def spread_of(values: list[float]) -> str:
+        return f"{statistics.stdev(values):.3f}" if len(values) > 1 else "-"
+
+    raw = {what: ratios(collections, "full", "contrib", what) for what in fits}
+    adjusted = {what: ratios(collections, "full", "contrib", what, fits[what]) for what in fits}
+    return [
+        "**The machine's speed.** `benchmarks/speed_probe.py` runs beside the whole run, outside every configuration: "
+        "every 50 ms the same small piece of pure-Python work, timed in its own CPU time. Its mean over a collection's "
+        f"window ranged from {cpu.spread[0]:.0f} to {cpu.spread[1]:.0f} us per piece in this run: the machine's virtual "
+        "CPUs run the same instructions at different speeds from one moment to the next (on a shared host, a core's "
+        "other hyperthread given to a neighbour), and every process of a collection slows together. Each collection "
+        "against its configuration's mean (logs, least squares over "
+        f"{cpu.collections} collections): CPU follows the probe with slope {cpu.slope:.2f} (correlation "
+        f"{cpu.correlation:.2f}), wall time with slope {wall.slope:.2f} (correlation {wall.correlation:.2f}). "
+        "Dividing each round's full / contrib by its two collections' probe ratio to that power takes the "
+        f"round-to-round standard deviation of the ratio from {spread_of(raw['wall'])} to "
+        f"{spread_of(adjusted['wall'])} (wall) and from {spread_of(raw['cpu'])} to {spread_of(adjusted['cpu'])} (CPU).",
+    ]
 
 
 def versions() -> str:
@@ -913,6 +1021,9 @@ def report(
     goal = goal_line(collections)
     if goal:
         lines += ["", *goal]
+    speed = speed_lines(collections)
+    if speed:
+        lines += ["", *speed]
     lines += ["", *cpu_table(collections), "", *span_table(collections, spans), ""]
     lines += [*share_lines(collections, spans, price), ""]
     lines += outcome_lines(collections)
@@ -1226,6 +1337,8 @@ def run(options: argparse.Namespace) -> int:
     configs: dict[str, Configuration] = {}
     collections: list[Collection] = []
     profiles: list[Profile] = []
+    probe_processes = Processes({k: v for k, v in os.environ.items() if k != RUN_MARKER_VAR})
+    probe = start_speed_probe(probe_processes)
     try:
         names = [n for n in CONFIGURATIONS if n in options.configurations]
         for name in names:
@@ -1262,6 +1375,7 @@ def run(options: argparse.Namespace) -> int:
             survivors = config.processes.stop_all(config.marker)
             if survivors:
                 log(f"{config.name}: processes still alive after stopping: {survivors}")
+        probe_processes.interrupt(probe, 5)
         if profile_dir is not None:
             remove_profile_hook()
         scratch.remove()
