@@ -27,6 +27,16 @@ and the table gives their min / median / max over rounds. Every configuration mu
 rows with the same rewards per task in the same round (the scripted model's answers depend only on
 how often it has seen a prompt); a difference fails the run.
 
+The machine itself changes speed from one collection to the next: on a shared host a virtual CPU
+runs the same instructions up to twice as slowly while a neighbour has its core's other
+hyperthread, and every process of a collection slows together (an A/A run, contrib given full's
+configuration, spread its rounds' ratio by 8% and put one twin 4% above the other over 11 rounds).
+``speed_probe.py`` runs beside the whole run, outside every configuration, timing the same small
+piece of Python every 50 ms; each collection gets the probe's mean over its window. The report
+fits how the collections' wall and CPU follow it (each against its configuration's mean, in logs)
+and judges the goal twice: on the raw ratios, and on each round's ratio divided by its two
+collections' probe ratio to the fitted power.
+
 After the rounds, ``span_price.py`` (in the same venv) prices what SPEC requires of the package
 alone: full's first timed round's spans made again with the SDK, with the package's spans and
 without, and the baggage entry through the configured propagator; the report sets the package's
@@ -909,8 +919,33 @@ def speed_lines(collections: list[Collection]) -> list[str]:
         f"{cpu.correlation:.2f}), wall time with slope {wall.slope:.2f} (correlation {wall.correlation:.2f}). "
         "Dividing each round's full / contrib by its two collections' probe ratio to that power takes the "
         f"round-to-round standard deviation of the ratio from {spread_of(raw['wall'])} to "
-        f"{spread_of(adjusted['wall'])} (wall) and from {spread_of(raw['cpu'])} to {spread_of(adjusted['cpu'])} (CPU).",
+        f"{spread_of(adjusted['wall'])} (wall) and from {spread_of(raw['cpu'])} to {spread_of(adjusted['cpu'])} (CPU)."
+        + share_adjusted(collections, cpu),
     ]
+
+
+def share_adjusted(collections: list[Collection], fit: SpeedFit) -> str:
+    """The package's share (full - contrib, CPU ms per rollout) with each collection brought to the run's median speed."""
+    middle = statistics.median(c.speed for c in collections)
+    by_round = {(c.configuration, c.round): c for c in collections}
+
+    def at_middle(c: Collection) -> float:
+        return c.cpu_total * (middle / c.speed) ** fit.slope * 1000 / c.rollouts
+
+    shares = [
+        at_middle(full) - at_middle(by_round[("contrib", number)])
+        for (name, number), full in sorted(by_round.items())
+        if name == "full" and ("contrib", number) in by_round
+    ]
+    if not shares:
+        return ""
+    contrib = statistics.median(at_middle(c) for c in collections if c.configuration == "contrib")
+    low, high = median_interval(shares)
+    return (
+        f" At the run's median speed ({middle:.0f} us per piece) the package's share is "
+        f"{statistics.median(shares):+.2f} ms of CPU per rollout (95% interval of the median {low:+.2f} to {high:+.2f}), "
+        f"{statistics.median(shares) / contrib:.1%} of contrib's {contrib:.2f} ms."
+    )
 
 
 def versions() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -347,6 +348,60 @@ def test_the_goal_is_judged_on_the_median_and_its_interval_narrows_with_rounds(w
     assert few[0] <= 1.02 <= few[1] and many[0] <= 1.02 <= many[1]
     assert many[1] - many[0] < few[1] - few[0]
     assert whole_run.median_interval([1.01] * 7) == (1.01, 1.01)
+
+
+def test_the_speed_probe_times_its_piece_and_a_window_reads_its_samples(whole_run: ModuleType, tmp_path: Path) -> None:
+    out = tmp_path / "speed.txt"
+    probe = subprocess.Popen([sys.executable, str(BENCHMARKS / "speed_probe.py"), str(out), "--interval", "0.01"])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 12):
+            time.sleep(0.05)
+    finally:
+        probe.kill()
+        probe.wait()
+    samples = [(float(at), int(spent)) for at, spent in (line.split() for line in out.read_text().splitlines()[:12])]
+    assert len(samples) == 12
+    assert all(a < b for (a, _), (b, _) in itertools.pairwise(samples))  # time.monotonic(), in order
+    assert all(spent > 0 for _, spent in samples)
+    # A window holds the samples taken inside it, in microseconds; a window before the first holds none.
+    start, end = samples[2][0], samples[9][0]
+    expected = sum(spent for at, spent in samples[2:10]) / 8 / 1000
+    assert whole_run.probe_mean(out, start, end) == pytest.approx(expected)
+    assert whole_run.probe_mean(out, 0.0, samples[0][0] - 1) == 0.0
+    assert whole_run.probe_mean(tmp_path / "absent.txt", 0.0, end) == 0.0
+
+
+def test_ratios_adjusted_for_the_machine_s_speed(whole_run: ModuleType) -> None:
+    # Each collection's wall and CPU follow the probe with power 0.8; full does 2% more work than contrib.
+    speeds = [420.0, 800.0, 610.0, 455.0, 790.0, 500.0, 700.0, 430.0, 650.0, 820.0]
+    collections = []
+    for number in range(1, 6):
+        for offset, (name, work) in enumerate((("contrib", 10.0), ("full", 10.2))):
+            speed = speeds[2 * (number - 1) + offset]
+            factor = (speed / 600.0) ** 0.8
+            cpu = Counter({"collector": 1.5 * work * factor})
+            collections.append(whole_run.Collection(name, number, 400, work * factor, cpu, 0.0, {}, Counter(), speed))
+    raw = whole_run.ratios(collections, "full", "contrib", "cpu")
+    assert max(raw) - min(raw) > 0.3  # the machine's speed swamps the 2%
+    fit = whole_run.speed_fit(collections, "cpu")
+    assert fit.slope == pytest.approx(0.8) and fit.correlation == pytest.approx(1.0)
+    assert fit.collections == 10 and fit.spread == (420.0, 820.0)
+    assert whole_run.ratios(collections, "full", "contrib", "cpu", fit) == pytest.approx([1.02] * 5)
+    goal = " ".join(whole_run.goal_line(collections))
+    assert "**The same rounds adjusted for the machine's speed** (below): wall time 1.020 (met;" in goal
+    assert "CPU of all processes 1.020 (met; 95% interval of the median 1.020 to 1.020)" in goal
+    speed = " ".join(whole_run.speed_lines(collections))
+    assert "ranged from 420 to 820 us per piece" in speed
+    assert "CPU follows the probe with slope 0.80 (correlation 1.00)" in speed and "to 0.000 (CPU)" in speed
+    # At the median speed (630 us) contrib spends 15 s * (630/600)^0.8 over 400 rollouts, full 2% more.
+    contrib = 15.0 * (630.0 / 600.0) ** 0.8 * 1000 / 400
+    assert f"the package's share is +{0.02 * contrib:.2f} ms of CPU per rollout" in speed
+    assert f"2.0% of contrib's {contrib:.2f} ms" in speed
+    # Without probe samples for every collection there is no fit, and nothing is adjusted.
+    collections[0].speed = 0.0
+    assert whole_run.speed_fit(collections, "cpu") is None
+    assert len(whole_run.goal_line(collections)) == 1 and whole_run.speed_lines(collections) == []
 
 
 # What the receiver printed in a real ``make bench-e2e`` run (full, NeMo Gym 0.7.0): its banner, a metric
