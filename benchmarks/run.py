@@ -15,7 +15,6 @@ import argparse
 import datetime
 import os
 import platform
-import subprocess
 import sys
 import time
 from importlib import metadata
@@ -129,12 +128,7 @@ def machine() -> list[str]:
             versions.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:
             versions.append(f"{name} (not installed)")
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(HERE.parent), "describe", "--always", "--dirty"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    commit = sections.code_version(HERE.parent)
     try:
         load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     except OSError:

@@ -6,8 +6,11 @@ two markers, and run.py carries it over as it was (``keep``).
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+RESULTS = "benchmarks/RESULTS.md"  # in the repository
 
 
 @dataclass(frozen=True)
@@ -60,3 +63,21 @@ def keep(path: Path, text: str) -> str:
         if old is not None and section.begin not in text:
             text = text.rstrip() + "\n\n" + old + "\n"
     return text
+
+
+def code_version(repo: Path) -> str:
+    """The code a benchmark measured: ``git describe`` of ``repo``, ``-dirty`` when a tracked file other than
+    RESULTS.md differs from it (a run writes RESULTS.md; the previous run's figures there change no code)."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "describe", "--always"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){RESULTS}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("-dirty" if changed else "")

@@ -101,7 +101,7 @@ from processes import (  # noqa: E402
 from releases import RELEASES  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from sections import WHOLE_RUN, WHOLE_RUN_PROFILE  # noqa: E402
+from sections import WHOLE_RUN, WHOLE_RUN_PROFILE, code_version  # noqa: E402
 
 
 def _load_e2e_run() -> Any:
@@ -967,15 +967,13 @@ def machine_lines(busy_at_start: float, forced: bool) -> list[str]:
         if line.startswith("model name"):
             cpu = line.partition(":")[2].strip()
             break
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = code_version(REPO)
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     return [
         f"- Machine: {cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}; load average at start {load}; "
         f"other processes' CPU at start {busy_at_start:.2f} cores" + (" (**--force: the machine was busy**)" if forced else ""),
         f"- Versions (the e2e venv `{RELEASE.venv.name}`): {versions()}",
-        f"- Code: git {commit or 'unknown'}",
+        f"- Code: git {commit}",
     ]
 
 

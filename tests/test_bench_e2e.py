@@ -249,6 +249,29 @@ def test_make_bench_keeps_the_whole_run_sections(tmp_path: Path) -> None:
     assert sections.WHOLE_RUN_PROFILE.of(regenerated) == sections.WHOLE_RUN_PROFILE.of(text)
 
 
+def test_the_code_version_is_dirty_for_code_not_for_results(tmp_path: Path) -> None:
+    sections = _load("bench_sections", BENCHMARKS / "sections.py")
+
+    def git(*arguments: str) -> str:
+        done = subprocess.run(["git", "-C", str(tmp_path), *arguments], capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "RESULTS.md").write_text("old figures\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "first")
+    commit = git("rev-parse", "--short", "HEAD")
+    assert sections.code_version(tmp_path) == commit
+    (tmp_path / "benchmarks" / "RESULTS.md").write_text("new figures\n")  # a run's own output
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    assert sections.code_version(tmp_path) == commit
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert sections.code_version(tmp_path) == commit + "-dirty"
+    assert sections.code_version(tmp_path / "absent") == "unknown"
+
+
 def test_the_harness_refuses_a_busy_machine_without_force(tmp_path: Path) -> None:
     # --max-busy -1: any machine is busy; the run must stop before starting anything.
     completed = subprocess.run(
