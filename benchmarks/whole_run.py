@@ -37,6 +37,12 @@ fits how the collections' wall and CPU follow it (each against its configuration
 and judges the goal twice: on the raw ratios, and on each round's ratio divided by its two
 collections' probe ratio to the fitted power.
 
+The garbage collector is the other lump: a full collection of a server's or the collector's heap
+takes a fifth of a second or more here, and one more or fewer inside a collection's window moves its
+CPU by a percent. ``gc_hook.py``, installed in the venv for the run (a ``.pth`` start-up hook, inert
+without ``GYM_BENCH_GC_DIR``), counts every process's pauses in every configuration alike; the report
+gives them per group and the package's share outside them.
+
 After the rounds, ``span_price.py`` (in the same venv) prices what SPEC requires of the package
 alone: full's first timed round's spans made again with the SDK, with the package's spans and
 without, and the baggage entry through the configured propagator; the report sets the package's
@@ -145,6 +151,8 @@ GOAL = 1.02  # issue 14: full / contrib, wall time and CPU of all processes, med
 BOOTSTRAP_RESAMPLES = 4000
 SPEED_SAMPLES = "speed.txt"  # benchmarks/speed_probe.py's samples, in WORK
 PROFILE_HOOK = "_gym_bench_profile_hook"
+GC_HOOK = "_gym_bench_gc_hook"  # benchmarks/gc_hook.py in the venv: every process counts its GC pauses
+GC_DIR_VAR = "GYM_BENCH_GC_DIR"
 
 
 @dataclass(frozen=True)
@@ -432,6 +440,8 @@ def start_configuration(
     if profile_dir is not None:
         env["GYM_BENCH_PROFILE_DIR"] = str(profile_dir / name)
         (profile_dir / name).mkdir(parents=True)
+    env[GC_DIR_VAR] = str(gc_dir(name))  # every process of the configuration, the receiver's and model's too
+    gc_dir(name).mkdir(parents=True)
     bin_dir = RELEASE.venv / "bin"
     launcher = [] if name == "none" else [str(bin_dir / "opentelemetry-instrument"), "--"]
     config = Configuration(name, marker, work, env, launcher, Processes(env), receiver_port, free_port())
@@ -547,6 +557,8 @@ class Collection:
     outcomes: dict[int, list[float | None]]
     verdicts: Counter[str]
     speed: float = 0.0  # the speed probe's mean CPU us per piece over the CPU window (0: no samples)
+    # The garbage collector's pauses per group over the CPU window: {"collections": [g0, g1, g2], "seconds": [...]}
+    gc: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     @property
     def cpu_total(self) -> float:
@@ -595,6 +607,7 @@ def collect(
         *config.capture,
     ]
     before = snapshot(markers)
+    pauses_before = gc_pauses(gc_dir(config.name))
     busy_before, _ = machine_busy_ticks()
     own_before = time.process_time()
     window_start = time.monotonic()
@@ -604,6 +617,7 @@ def collect(
     wall = time.perf_counter() - started
     time.sleep(SETTLE_SECONDS)
     after = snapshot(markers)
+    pauses = gc_between(pauses_before, gc_pauses(gc_dir(config.name)), after, process.pid)
     busy_after, _ = machine_busy_ticks()
     elapsed = time.perf_counter() - started
     speed = probe_mean(WORK / SPEED_SAMPLES, window_start, time.monotonic())
@@ -626,7 +640,7 @@ def collect(
         f"{config.name} {round_label}: {wall:.2f} s wall, {sum(cpu.values()):.2f} s CPU "
         f"(collector {cpu['collector']:.2f} s), others {others:.2f} cores, speed probe {speed:.0f} us"
     )
-    return Collection(config.name, round_number, len(rows), wall, cpu, others, rollout_outcomes(rows), verdicts, speed)
+    return Collection(config.name, round_number, len(rows), wall, cpu, others, rollout_outcomes(rows), verdicts, speed, pauses)
 
 
 def spans_by_name(path: Path, start: int, end: int | None) -> Counter[str]:
@@ -770,18 +784,62 @@ def _short(filename: str) -> str:
     return filename.split(marker, 1)[1] if marker in filename else Path(filename).name
 
 
-def install_profile_hook() -> Path:
+def install_hook(module: str, source: str) -> Path:
+    """``benchmarks/<source>`` as ``<module>`` in the NeMo Gym venv, imported by every interpreter's start-up (a ``.pth``)."""
     site = e2e_run.site_packages(RELEASE.venv / "bin" / "python")
-    shutil.copy(HERE / "profile_hook.py", site / f"{PROFILE_HOOK}.py")
-    pth = site / f"{PROFILE_HOOK}.pth"
-    pth.write_text(f"import {PROFILE_HOOK}\n")
+    shutil.copy(HERE / source, site / f"{module}.py")
+    pth = site / f"{module}.pth"
+    pth.write_text(f"import {module}\n")
     return site
 
 
-def remove_profile_hook() -> None:
+def remove_hook(module: str) -> None:
     site = e2e_run.site_packages(RELEASE.venv / "bin" / "python")
-    for path in (site / f"{PROFILE_HOOK}.pth", site / f"{PROFILE_HOOK}.py"):
+    for path in (site / f"{module}.pth", site / f"{module}.py"):
         path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The garbage collector's pauses (benchmarks/gc_hook.py in every process)
+# ---------------------------------------------------------------------------------------------
+
+
+def gc_dir(configuration: str) -> Path:
+    return WORK / "gc" / configuration
+
+
+def gc_pauses(folder: Path) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
+    """Each process's running totals as ``gc_hook.py`` last wrote them, keyed by (pid, start time):
+    (collections, CPU nanoseconds), per generation."""
+    found: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+    for path in folder.glob("[0-9]*-[0-9]*.json"):
+        try:
+            pid, started = (int(part) for part in path.stem.split("-"))
+            data = json.loads(path.read_text())
+            found[(pid, started)] = ([int(n) for n in data["collections"]], [int(n) for n in data["cpu_ns"]])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # replaced meanwhile (the hook writes whole files) or not the hook's
+    return found
+
+
+def gc_between(
+    before: dict[tuple[int, int], tuple[list[int], list[int]]],
+    after: dict[tuple[int, int], tuple[list[int], list[int]]],
+    processes: dict[tuple[int, int], ProcessCPU],
+    collector_pid: int,
+) -> dict[str, dict[str, list[float]]]:
+    """The pauses per group from one reading to the next, each process under the group :func:`snapshot`
+    found it in; the collector (gone by then) by its pid, other processes gone by then as ``exited``."""
+    spent: dict[str, dict[str, list[float]]] = {}
+    for key, (collections, cpu_ns) in after.items():
+        then_collections, then_ns = before.get(key, ([0, 0, 0], [0, 0, 0]))
+        known = processes.get(key)
+        group = known.group if known is not None else "collector" if key[0] == collector_pid else "exited"
+        mine = spent.setdefault(group, {"collections": [0, 0, 0], "seconds": [0.0, 0.0, 0.0]})
+        for generation in range(3):
+            mine["collections"][generation] += collections[generation] - then_collections[generation]
+            mine["seconds"][generation] += (cpu_ns[generation] - then_ns[generation]) / 1e9
+    return spent
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1057,7 +1115,11 @@ def report(
     speed = speed_lines(collections)
     if speed:
         lines += ["", *speed]
-    lines += ["", *cpu_table(collections), "", *span_table(collections, spans), ""]
+    lines += ["", *cpu_table(collections), ""]
+    pauses = gc_lines(collections)
+    if pauses:
+        lines += [*pauses, ""]
+    lines += [*span_table(collections, spans), ""]
     lines += [*share_lines(collections, spans, price), ""]
     lines += outcome_lines(collections)
     if profiles:
@@ -1083,6 +1145,66 @@ def cpu_table(collections: list[Collection]) -> list[str]:
         difference = f"{cells['full'] - cells['contrib']:+.2f}" if "full" in cells and "contrib" in cells else ""
         label = "**all**" if group == "all" else group
         lines.append(f"| {label} | " + " | ".join(f"{cells.get(n, 0.0):.2f}" for n in CONFIGURATIONS) + f" | {difference} |")
+    return lines
+
+
+def gc_total(collection: Collection, group: str | None = None) -> tuple[float, float]:
+    """(full collections, CPU seconds of all pauses) in a collection: one group's, or every group's."""
+    parts = [collection.gc[group]] if group is not None and group in collection.gc else []
+    if group is None:
+        parts = list(collection.gc.values())
+    return sum(p["collections"][2] for p in parts), sum(sum(p["seconds"]) for p in parts)
+
+
+def gc_lines(collections: list[Collection]) -> list[str]:
+    """The garbage collector's pauses per group and configuration, and full's share outside them."""
+    if not any(c.gc for c in collections):
+        return []
+    names = [n for n in CONFIGURATIONS if any(c.configuration == n for c in collections)]
+    groups = sorted({group for c in collections for group in c.gc})
+    lines = [
+        "The garbage collector's pauses (`benchmarks/gc_hook.py`: `gc.callbacks` in every process of every configuration, "
+        "the CPU time of the thread that collects), median over rounds: full (generation 2) collections per collection; "
+        "CPU in pauses of every generation, ms per rollout. They are inside the CPU figures above:",
+        "",
+        "| process group | " + " | ".join(names) + " | full - contrib |",
+        "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
+    ]
+    for group in [*groups, None]:
+        cells: dict[str, tuple[float, float]] = {}
+        for name in names:
+            mine = [c for c in collections if c.configuration == name]
+            count = statistics.median(gc_total(c, group)[0] for c in mine)
+            ms = statistics.median(gc_total(c, group)[1] * 1000 / c.rollouts for c in mine)
+            cells[name] = (count, ms)
+        difference = f"{cells['full'][1] - cells['contrib'][1]:+.2f}" if "full" in cells and "contrib" in cells else ""
+        label = "**all**" if group is None else group
+        lines.append(f"| {label} | " + " | ".join(f"{cells[n][0]:g}; {cells[n][1]:.2f}" for n in names) + f" | {difference} |")
+    by_round = {(c.configuration, c.round): c for c in collections}
+    pairs = [
+        (full, by_round[("contrib", number)])
+        for (name, number), full in sorted(by_round.items())
+        if name == "full" and ("contrib", number) in by_round
+    ]
+    if pairs:
+
+        def per_rollout(c: Collection, seconds: float) -> float:
+            return seconds * 1000 / c.rollouts
+
+        in_pauses = [per_rollout(f, gc_total(f)[1]) - per_rollout(k, gc_total(k)[1]) for f, k in pairs]
+        outside = [per_rollout(f, f.cpu_total - gc_total(f)[1]) - per_rollout(k, k.cpu_total - gc_total(k)[1]) for f, k in pairs]
+        contrib_outside = statistics.median(per_rollout(k, k.cpu_total - gc_total(k)[1]) for _, k in pairs)
+        low, high = median_interval(outside)
+        full_more = sum(gc_total(f)[0] > gc_total(k)[0] for f, k in pairs)
+        full_fewer = sum(gc_total(f)[0] < gc_total(k)[0] for f, k in pairs)
+        lines += [
+            "",
+            f"Within a round, full - contrib per rollout: in the pauses {statistics.median(in_pauses):+.2f} ms (min / median / "
+            "max " + " / ".join(f"{v:+.2f}" for v in spread(in_pauses)) + "), outside them "
+            f"{statistics.median(outside):+.2f} ms (95% interval of the median {low:+.2f} to {high:+.2f}; "
+            f"{statistics.median(outside) / contrib_outside:.1%} of contrib's {contrib_outside:.2f} ms outside its pauses). "
+            f"full ran more full collections than contrib in {full_more} of {len(pairs)} rounds, fewer in {full_fewer}.",
+        ]
     return lines
 
 
@@ -1365,7 +1487,8 @@ def run(options: argparse.Namespace) -> int:
     tasks_path = write_tasks(WORK / "tasks.jsonl", workload.tasks)
     profile_dir = WORK / "profiles" if options.profile else None
     if profile_dir is not None:
-        install_profile_hook()
+        install_hook(PROFILE_HOOK, "profile_hook.py")
+    install_hook(GC_HOOK, "gc_hook.py")
     header = machine_lines(busy_at_start, busy)
     configs: dict[str, Configuration] = {}
     collections: list[Collection] = []
@@ -1410,7 +1533,8 @@ def run(options: argparse.Namespace) -> int:
                 log(f"{config.name}: processes still alive after stopping: {survivors}")
         probe_processes.interrupt(probe, 5)
         if profile_dir is not None:
-            remove_profile_hook()
+            remove_hook(PROFILE_HOOK)
+        remove_hook(GC_HOOK)
         scratch.remove()
 
     price = None

@@ -473,3 +473,74 @@ def test_span_price_refuses_propagators_that_carry_no_baggage() -> None:
     done = _span_price([f"--spans={RECEIVED_FULL}", "--rollouts=1", "--seconds=0.1", "--rounds=1", "--settle=0.3"], env)
     assert done.returncode != 0
     assert "does not carry baggage" in done.stderr
+
+
+def test_the_gc_hook_counts_each_process_s_pauses_under_its_pid_and_start_time(whole_run: ModuleType, tmp_path: Path) -> None:
+    # A real interpreter with the hook imported at start-up, as the venv's .pth does: two full collections,
+    # then it waits; a forked child makes one of its own and exits; the parent makes one more and exits.
+    child = (
+        "import gc, os, sys\n"
+        "gc.collect(); gc.collect()\n"
+        "print('collected', flush=True); sys.stdin.readline()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    gc.collect(); sys.exit(0)\n"
+        "os.waitpid(pid, 0); print(pid, flush=True)\n"
+        "gc.collect()\n"
+    )
+    env = {**os.environ, "GYM_BENCH_GC_DIR": str(tmp_path), "PYTHONPATH": str(BENCHMARKS)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import gc_hook\n" + child], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stdin is not None
+    assert process.stdout.readline() == "collected\n"
+    _, _, started = whole_run.parse_stat(Path(f"/proc/{process.pid}/stat").read_text())
+    key = (process.pid, started)
+    deadline = time.monotonic() + 30
+    while key not in whole_run.gc_pauses(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the hook's thread writes within a quarter of a second
+    collections, cpu_ns = whole_run.gc_pauses(tmp_path)[key]
+    assert collections[2] >= 2 and cpu_ns[2] > 0
+    process.stdin.write("go\n")
+    process.stdin.close()
+    forked = int(process.stdout.readline())
+    assert process.wait(30) == 0
+    final = whole_run.gc_pauses(tmp_path)
+    assert final[key][0][2] >= collections[2] + 1  # written at exit
+    children = [counts for (pid, _), (counts, _) in final.items() if pid == forked]
+    assert len(children) == 1 and 1 <= children[0][2] < final[key][0][2]  # its own totals, from zero
+
+
+def test_gc_between_puts_each_process_s_pauses_under_its_group(whole_run: ModuleType) -> None:
+    cpu = whole_run.ProcessCPU
+    before = {(1, 10): ([10, 1, 0], [1000, 500, 0]), (7, 20): ([5, 0, 0], [100, 0, 0])}
+    after = {
+        (1, 10): ([12, 1, 1], [1200, 500, 2_000_000_000]),  # a server that grew by one full collection
+        (7, 20): ([9, 1, 1], [300, 100, 500_000_000]),  # the collector, gone by the snapshot
+        (8, 21): ([3, 0, 0], [90, 0, 0]),  # a process started and gone within the window
+        (9, 22): ([4, 0, 1], [40, 0, 250_000_000]),  # new since `before`: counted whole
+    }
+    processes = {(1, 10): cpu("m", "server mcqa", 0), (9, 22): cpu("m", "Ray", 0)}
+    spent = whole_run.gc_between(before, after, processes, collector_pid=7)
+    assert spent["server mcqa"] == {"collections": [2, 0, 1], "seconds": [200e-9, 0.0, 2.0]}
+    assert spent["collector"] == {"collections": [4, 1, 1], "seconds": [200e-9, 100e-9, 0.5]}
+    assert spent["exited"]["collections"] == [3, 0, 0]
+    assert spent["Ray"] == {"collections": [4, 0, 1], "seconds": [40e-9, 0.0, 0.25]}
+
+
+def test_the_report_puts_the_pauses_beside_the_share_outside_them(whole_run: ModuleType) -> None:
+    # full spends 0.8 s more CPU than contrib per round, 0.6 s of it in one more full collection of its collector.
+    collections = []
+    for number in (1, 2, 3):
+        for name, total, pause, full_collections in (("contrib", 20.0, 0.4, 1), ("full", 20.8, 1.0, 2)):
+            pauses = {"collector": {"collections": [300, 30, full_collections], "seconds": [0.05, 0.05, pause - 0.1]}}
+            collections.append(
+                whole_run.Collection(name, number, 400, 10.0, Counter({"collector": total}), 0.0, {}, Counter(), 600.0, pauses)
+            )
+    text = "\n".join(whole_run.gc_lines(collections))
+    assert "| collector | 1; 1.00 | 2; 2.50 | +1.50 |" in text  # 0.4 s and 1.0 s over 400 rollouts
+    assert "| **all** | 1; 1.00 | 2; 2.50 | +1.50 |" in text
+    # (20.8 - 1.0) - (20.0 - 0.4) = 0.2 s outside the pauses: 0.50 ms per rollout, of contrib's 49.00
+    assert "in the pauses +1.50 ms" in text and "outside them +0.50 ms" in text and "1.0% of contrib's 49.00 ms" in text
+    assert "full ran more full collections than contrib in 3 of 3 rounds, fewer in 0" in text
+    assert whole_run.gc_lines([dataclasses.replace(c, gc={}) for c in collections]) == []
