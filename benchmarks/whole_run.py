@@ -695,6 +695,8 @@ class Profile:
     package_functions: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     gc_collections: list[int] = field(default_factory=lambda: [0, 0, 0])  # all servers, per generation
     gc_ms: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # CPU ms per rollout, per generation
+    # Python calls per rollout, all servers, by category: yappi counts them exactly, whatever the machine's speed.
+    calls_by_category: dict[str, float] = field(default_factory=dict)
 
 
 def collect_alone(
@@ -732,6 +734,7 @@ def collect_alone(
 def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
     by_server: Counter[str] = Counter()
     by_category: Counter[str] = Counter()
+    calls_by_category: Counter[str] = Counter()
     entries: Counter[str] = Counter()
     package_own: Counter[str] = Counter()
     package_inclusive: Counter[str] = Counter()
@@ -751,6 +754,7 @@ def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
             category = category_of(filename)
             by_server[server] += own
             by_category[category] += own
+            calls_by_category[category] += calls
             if "/gym_instrument/" in filename:
                 name = f"{Path(filename).name}:{function}"
                 package_own[name] += own
@@ -776,6 +780,7 @@ def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
         },
         gc_collections,
         [seconds * scale for seconds in gc_seconds],
+        {k: v / max(rollouts, 1) for k, v in calls_by_category.items()},
     )
 
 
@@ -1336,6 +1341,33 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
         difference = f"{cells['full'] - cells['contrib']:+.3f}" if "full" in cells and "contrib" in cells else ""
         label = "**all**" if category == "all" else category
         lines.append(f"| {label} | " + " | ".join(f"{cells[n]:.3f}" for n in names) + f" | {difference} |")
+    if all(by_name[n].calls_by_category for n in names) and "full" in by_name and "contrib" in by_name:
+        contrib_calls = sum(by_name["contrib"].calls_by_category.values())
+        lines += [
+            "",
+            "Python function calls per rollout, all servers, by the same places: yappi counts every call exactly, so "
+            "unlike its times these do not move with the machine's speed or with where a pause lands. The last column is "
+            "full's extra calls as a share of all of contrib's:",
+            "",
+            "| where | " + " | ".join(names) + " | full - contrib | of contrib's calls |",
+            "| --- | " + " | ".join("---:" for _ in names) + " | ---: | ---: |",
+        ]
+        for category in [*categories, "all"]:
+            counts = {
+                n: (
+                    sum(by_name[n].calls_by_category.values())
+                    if category == "all"
+                    else by_name[n].calls_by_category.get(category, 0.0)
+                )
+                for n in names
+            }
+            extra = counts["full"] - counts["contrib"]
+            label = "**all**" if category == "all" else category
+            lines.append(
+                f"| {label} | "
+                + " | ".join(f"{counts[n]:.1f}" for n in names)
+                + f" | {extra:+.1f} | {extra / contrib_calls:+.2%} |"
+            )
     lines += [
         "",
         "The garbage collector's pauses, all servers (collections; CPU ms per rollout), measured with `gc.callbacks`. "
@@ -1367,15 +1399,20 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
         spans = diff("SDK span", "export", "attribute", "context", "OpenTelemetry API", "FastAPI", "aiohttp")
         metrics = diff("SDK metrics")
         rest = total - own - propagation - spans - metrics
+
+        def share(part: float) -> str:  # a part's share of the whole: only when the whole is a cost
+            return f"{part / total:.0%}: " if total > 0 else ""
+
         lines += [
             "",
             f"**Breakdown of the servers' share** (yappi ms per rollout, full - contrib = {total:+.3f}): the package's own "
-            f"code {own:+.3f} ({own / total:.0%}: per request the `isolate` wrapper around uvicorn's `run_asgi` and the "
+            f"code {own:+.3f} ({share(own)}per request the `isolate` wrapper around uvicorn's `run_asgi` and the "
             "`ServerClient.post` condition check, per rollout the verify wrapper; table below); baggage propagation "
-            f"{propagation:+.3f} ({propagation / total:.0%}: OpenTelemetry's W3C baggage propagator parsing the "
+            f"{propagation:+.3f} ({share(propagation)}OpenTelemetry's W3C baggage propagator parsing the "
             "`nemo.gym.rollout.id` entry on every incoming request and encoding it on every outgoing one, which contrib's "
-            f"requests do not carry); the verify span made, cleaned, processed and exported {spans:+.3f} "
-            f"({spans / total:.0%}); the reward counter {metrics:+.3f}; the rest, in the servers' own code (GC pauses and "
+            f"requests do not carry); the verify span made, cleaned, processed and exported {spans:+.3f}"
+            f"{f' ({spans / total:.0%})' if total > 0 else ''}; the reward counter {metrics:+.3f}; the rest, in the "
+            "servers' own code (GC pauses and "
             f"scheduling land there, and vary by a few tenths between runs), {rest:+.3f}.",
         ]
     servers = sorted({s for p in profiles for s in p.by_server})

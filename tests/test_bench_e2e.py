@@ -544,3 +544,30 @@ def test_the_report_puts_the_pauses_beside_the_share_outside_them(whole_run: Mod
     assert "in the pauses +1.50 ms" in text and "outside them +0.50 ms" in text and "1.0% of contrib's 49.00 ms" in text
     assert "full ran more full collections than contrib in 3 of 3 rounds, fewer in 0" in text
     assert whole_run.gc_lines([dataclasses.replace(c, gc={}) for c in collections]) == []
+
+
+def test_the_profile_counts_calls_by_place_and_gives_shares_only_of_a_cost(whole_run: ModuleType) -> None:
+    propagation, package = "propagation (baggage, W3C trace context)", "gym_instrument (the package's own code)"
+    work = whole_run.OTHER
+    times = {category: 1.0 for category, _ in whole_run.CATEGORIES}
+    contrib = whole_run.Profile(
+        "contrib", 400, {"mcqa": 10.0}, dict(times), {}, calls_by_category={propagation: 100.0, work: 9900.0}
+    )
+    full = whole_run.Profile(
+        "full",
+        400,
+        {"mcqa": 11.0},
+        {**times, package: 1.5, propagation: 1.4},
+        {},
+        calls_by_category={propagation: 400.0, work: 9900.0, package: 70.0},
+    )
+    text = "\n".join(whole_run.profile_lines([contrib, full]))
+    # 300 more baggage calls and 70 of the package's, of contrib's 10,000
+    assert f"| {propagation} | 100.0 | 400.0 | +300.0 | +3.00% |" in text
+    assert f"| {package} | 0.0 | 70.0 | +70.0 | +0.70% |" in text
+    assert "| **all** | 10000.0 | 10370.0 | +370.0 | +3.70% |" in text
+    # the package's own code +0.5 of the servers' +0.9 in time: its share is given
+    assert "the package's own code +0.500 (56%: per request" in text
+    cheaper = dataclasses.replace(full, by_category={**times, package: 1.5, propagation: 0.0})  # -0.5 in all
+    text = "\n".join(whole_run.profile_lines([contrib, cheaper]))
+    assert "the package's own code +0.500 (per request" in text and "%: per request" not in text
