@@ -1317,6 +1317,11 @@ def share_lines(collections: list[Collection], spans: dict[str, Counter[str]], p
     return lines
 
 
+def _in_place(figures: dict[str, float], category: str) -> float:
+    """One place's figure of a profile, or (``all``) every place's together."""
+    return sum(figures.values()) if category == "all" else figures.get(category, 0.0)
+
+
 def profile_lines(profiles: list[Profile]) -> list[str]:
     by_name = {p.configuration: p for p in profiles}
     categories = [c for c, _ in CATEGORIES] + [OTHER]
@@ -1334,10 +1339,7 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
         "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
     ]
     for category in [*categories, "all"]:
-        cells = {
-            n: (sum(by_name[n].by_category.values()) if category == "all" else by_name[n].by_category.get(category, 0.0))
-            for n in names
-        }
+        cells = {n: _in_place(by_name[n].by_category, category) for n in names}
         difference = f"{cells['full'] - cells['contrib']:+.3f}" if "full" in cells and "contrib" in cells else ""
         label = "**all**" if category == "all" else category
         lines.append(f"| {label} | " + " | ".join(f"{cells[n]:.3f}" for n in names) + f" | {difference} |")
@@ -1353,14 +1355,7 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
             "| --- | " + " | ".join("---:" for _ in names) + " | ---: | ---: |",
         ]
         for category in [*categories, "all"]:
-            counts = {
-                n: (
-                    sum(by_name[n].calls_by_category.values())
-                    if category == "all"
-                    else by_name[n].calls_by_category.get(category, 0.0)
-                )
-                for n in names
-            }
+            counts = {n: _in_place(by_name[n].calls_by_category, category) for n in names}
             extra = counts["full"] - counts["contrib"]
             label = "**all**" if category == "all" else category
             lines.append(
