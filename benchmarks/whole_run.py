@@ -939,22 +939,29 @@ def value_of(collection: Collection, what: str) -> float:
     return collection.cpu_without_receiver
 
 
+def round_pairs(
+    collections: list[Collection], numerator: str = "full", denominator: str = "contrib"
+) -> list[tuple[Collection, Collection]]:
+    """Each round's (numerator's, denominator's) collections, in round order; a round without both is left out."""
+    by_round: dict[int, dict[str, Collection]] = {}
+    for collection in collections:
+        by_round.setdefault(collection.round, {})[collection.configuration] = collection
+    return [
+        (pair[numerator], pair[denominator]) for _, pair in sorted(by_round.items()) if numerator in pair and denominator in pair
+    ]
+
+
 def ratios(
     collections: list[Collection], numerator: str, denominator: str, what: str, fit: SpeedFit | None = None
 ) -> list[float]:
     """The rounds' ratios; with ``fit``, each divided by the two collections' probe ratio to the fit's power:
     what the ratio would have been had the machine run at one speed for both."""
-    by_round: dict[int, dict[str, Collection]] = {}
-    for collection in collections:
-        by_round.setdefault(collection.round, {})[collection.configuration] = collection
     values = []
-    for pair in by_round.values():
-        if numerator in pair and denominator in pair:
-            top, bottom = pair[numerator], pair[denominator]
-            ratio = value_of(top, what) / value_of(bottom, what)
-            if fit is not None:
-                ratio /= (top.speed / bottom.speed) ** fit.slope
-            values.append(ratio)
+    for top, bottom in round_pairs(collections, numerator, denominator):
+        ratio = value_of(top, what) / value_of(bottom, what)
+        if fit is not None:
+            ratio /= (top.speed / bottom.speed) ** fit.slope
+        values.append(ratio)
     return values
 
 
@@ -990,16 +997,11 @@ def speed_lines(collections: list[Collection]) -> list[str]:
 def share_adjusted(collections: list[Collection], fit: SpeedFit) -> str:
     """The package's share (full - contrib, CPU ms per rollout) with each collection brought to the run's median speed."""
     middle = statistics.median(c.speed for c in collections)
-    by_round = {(c.configuration, c.round): c for c in collections}
 
     def at_middle(c: Collection) -> float:
         return c.cpu_total * (middle / c.speed) ** fit.slope * 1000 / c.rollouts
 
-    shares = [
-        at_middle(full) - at_middle(by_round[("contrib", number)])
-        for (name, number), full in sorted(by_round.items())
-        if name == "full" and ("contrib", number) in by_round
-    ]
+    shares = [at_middle(full) - at_middle(contrib) for full, contrib in round_pairs(collections)]
     if not shares:
         return ""
     contrib = statistics.median(at_middle(c) for c in collections if c.configuration == "contrib")
@@ -1155,9 +1157,7 @@ def cpu_table(collections: list[Collection]) -> list[str]:
 
 def gc_total(collection: Collection, group: str | None = None) -> tuple[float, float]:
     """(full collections, CPU seconds of all pauses) in a collection: one group's, or every group's."""
-    parts = [collection.gc[group]] if group is not None and group in collection.gc else []
-    if group is None:
-        parts = list(collection.gc.values())
+    parts = collection.gc.values() if group is None else [collection.gc[group]] if group in collection.gc else []
     return sum(p["collections"][2] for p in parts), sum(sum(p["seconds"]) for p in parts)
 
 
@@ -1185,12 +1185,7 @@ def gc_lines(collections: list[Collection]) -> list[str]:
         difference = f"{cells['full'][1] - cells['contrib'][1]:+.2f}" if "full" in cells and "contrib" in cells else ""
         label = "**all**" if group is None else group
         lines.append(f"| {label} | " + " | ".join(f"{cells[n][0]:g}; {cells[n][1]:.2f}" for n in names) + f" | {difference} |")
-    by_round = {(c.configuration, c.round): c for c in collections}
-    pairs = [
-        (full, by_round[("contrib", number)])
-        for (name, number), full in sorted(by_round.items())
-        if name == "full" and ("contrib", number) in by_round
-    ]
+    pairs = round_pairs(collections)
     if pairs:
 
         def per_rollout(c: Collection, seconds: float) -> float:
@@ -1261,11 +1256,9 @@ def share_lines(collections: list[Collection], spans: dict[str, Counter[str]], p
     def part(group: str) -> float:
         return median_ms("full", lambda c: c.cpu.get(group, 0.0)) - median_ms("contrib", lambda c: c.cpu.get(group, 0.0))
 
-    by_round = {(c.configuration, c.round): c for c in collections}
     per_round = [
-        (full.cpu_total / full.rollouts - by_round[("contrib", number)].cpu_total / by_round[("contrib", number)].rollouts) * 1000
-        for (name, number), full in sorted(by_round.items())
-        if name == "full" and ("contrib", number) in by_round
+        (full.cpu_total / full.rollouts - contrib.cpu_total / contrib.rollouts) * 1000
+        for full, contrib in round_pairs(collections)
     ]
     # Rounds are paired: the share is the median of the rounds' own full - contrib, with how precisely they pin it.
     total = statistics.median(per_round)
