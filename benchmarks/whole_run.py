@@ -1,24 +1,27 @@
 """What a whole real run costs (issue 14): ``make bench-e2e`` runs real NeMo Gym 0.7.0 collections three ways.
 
-    python3 benchmarks/whole_run.py                 # 100 tasks x 4 repeats, concurrency 64, 21 rounds
+    python3 benchmarks/whole_run.py                 # 100 tasks x 4 repeats, concurrency 64, 18 rounds in 3 blocks
     python3 benchmarks/whole_run.py --quick         # 4 tasks x 2, 1 round: proves the harness runs
     python3 benchmarks/whole_run.py --profile       # yappi in every Gym server for one round per configuration
     python3 benchmarks/whole_run.py --force         # run on a busy machine (the results say so)
 
 The three configurations, each with its own receiver, scripted model, Ray cluster (``ray start``
 under the configuration's launcher, on ports of its own, given to NeMo Gym as
-``ray_head_node_address``) and ``gym env start`` (its own servers), all started before the first
-round and kept for the whole run, but each running only for its own collections: the others'
+``ray_head_node_address``) and ``gym env start`` (its own servers), all started before a block's
+first round and kept for its rounds, but each running only for its own collections: the others'
 processes are stopped (SIGSTOP) meanwhile, so that their idle Ray clusters and servers take no CPU
-from it, as on a machine that runs one pipeline:
+from it, as on a machine that runs one pipeline. Every block starts them all afresh: where one
+instance's memory and threads landed stays with it for as long as it runs, so one block alone
+can put a configuration above its twin; over blocks that averages out. The configurations:
 
 - ``none``: plain ``gym``, no launcher;
 - ``contrib``: ``opentelemetry-instrument`` with this package disabled
   (``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym``): the FastAPI and aiohttp-client spans;
 - ``full``: ``opentelemetry-instrument`` with this package's default preset.
 
-Per configuration one untimed warm-up collection, then rounds in which every configuration
-collects once, the order rotating each round. Per collection: the collector's wall time (start to
+Per configuration and block one untimed warm-up collection, then rounds in which every
+configuration collects once, the rounds taking every order of the configurations in turn (each
+runs in every position and directly after each other equally often). Per collection: the collector's wall time (start to
 exit of ``gym eval run --no-serve``) and the CPU time of every process of the configuration (the
 collector from ``wait4``; the servers, Ray's processes, the model and the receiver from
 ``/proc/<pid>/stat``, utime + stime + reaped children's, after minus before), and the spans the
@@ -56,7 +59,7 @@ refuses when it is above ``--max-busy`` cores (``--force`` runs anyway and marks
 other processes' CPU during every round is measured too and reported.
 
 Reuses ``make e2e``'s venv (``.venv-e2e-070``, built when missing) and scripted model; standard
-library only, any Python 3.9+. Results: the ``whole_run`` section of benchmarks/RESULTS.md (``make
+library only, any Python 3.10+. Results: the ``whole_run`` section of benchmarks/RESULTS.md (``make
 bench`` keeps it); logs of the last run in ``.e2e-work/bench-e2e/``.
 """
 
@@ -65,6 +68,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -81,6 +85,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,13 +167,15 @@ class Workload:
     concurrency: int
     rounds: int
     warmup: bool = True
+    blocks: int = 1  # the rounds in this many blocks, each with every configuration started afresh
+    together: bool = False  # every configuration of a round collects at the same moment, not one after another
 
     @property
     def rollouts(self) -> int:
         return self.tasks * self.repeats
 
 
-FULL = Workload(tasks=100, repeats=4, concurrency=64, rounds=21)
+FULL = Workload(tasks=100, repeats=4, concurrency=64, rounds=18, blocks=3)
 QUICK = Workload(tasks=4, repeats=2, concurrency=4, rounds=1, warmup=False)
 
 
@@ -404,6 +411,11 @@ class Configuration:
     span_offsets: list[int] = field(default_factory=list)  # receiver output size at each timed round's start
 
     @property
+    def gc_dir(self) -> Path:
+        """Where every process of the configuration writes its GC pauses (benchmarks/gc_hook.py)."""
+        return self.work / "gc"
+
+    @property
     def head(self) -> list[str]:
         return [
             "+head_server.host=127.0.0.1",
@@ -429,22 +441,28 @@ def configuration_env(name: str, base: dict[str, str]) -> dict[str, str]:
 
 
 def start_configuration(
-    name: str, venv_python: Path, scratch: Any, tasks_path: Path, profile_dir: Path | None, started: dict[str, Configuration]
+    name: str,
+    work: Path,
+    venv_python: Path,
+    scratch: Any,
+    tasks_path: Path,
+    profile_dir: Path | None,
+    started: dict[str, Configuration],
 ) -> Configuration:
-    """Start the configuration's receiver, model and servers; it is in `started` before its first process."""
+    """Start the configuration's receiver, model and servers, its files in `work`; it is in `started`
+    before its first process."""
     marker = uuid.uuid4().hex
-    work = WORK / name
     work.mkdir(parents=True)
     receiver_port = free_port()
     env = configuration_env(name, e2e_run.base_env(RELEASE.venv, marker, receiver_port, scratch))
     if profile_dir is not None:
         env["GYM_BENCH_PROFILE_DIR"] = str(profile_dir / name)
         (profile_dir / name).mkdir(parents=True)
-    env[GC_DIR_VAR] = str(gc_dir(name))  # every process of the configuration, the receiver's and model's too
-    gc_dir(name).mkdir(parents=True)
     bin_dir = RELEASE.venv / "bin"
     launcher = [] if name == "none" else [str(bin_dir / "opentelemetry-instrument"), "--"]
     config = Configuration(name, marker, work, env, launcher, Processes(env), receiver_port, free_port())
+    env[GC_DIR_VAR] = str(config.gc_dir)  # every process of the configuration, the receiver's and model's too
+    config.gc_dir.mkdir()
     started[name] = config  # stopped in run()'s `finally`, whatever happens from here on
     config.capture_dir = work / "model-calls"
     config.capture_dir.mkdir()
@@ -492,7 +510,7 @@ def start_configuration(
         work,
         {**env, "RAY_AUTH_MODE": "disabled"},  # `ray start` turns token auth on; a `ray.init()` cluster has none
     )
-    code, _ = wait_reaped(ray_start, TIMEOUT_SERVERS_READY)
+    [(code, _, _)] = wait_reaped([ray_start], TIMEOUT_SERVERS_READY)
     if code != 0:
         raise E2EFailure(f"{name}: ray start failed (exit {code}); log: {ray_log}\n{e2e_run.tail(ray_log)}")
     config.ray_address = f"127.0.0.1:{ray_port}"
@@ -559,6 +577,7 @@ class Collection:
     speed: float = 0.0  # the speed probe's mean CPU us per piece over the CPU window (0: no samples)
     # The garbage collector's pauses per group over the CPU window: {"collections": [g0, g1, g2], "seconds": [...]}
     gc: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    block: int = 1  # the block of rounds (each with its configurations started afresh) it ran in
 
     @property
     def cpu_total(self) -> float:
@@ -570,77 +589,131 @@ class Collection:
         return self.cpu_total - self.cpu.get("receiver", 0.0)
 
 
-def wait_reaped(process: subprocess.Popen[bytes], timeout: float) -> tuple[int, float]:
-    """Wait for the process; its exit status and CPU seconds (its own and its reaped children's)."""
+def wait_reaped(processes: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[tuple[int, float, float]]:
+    """Wait for every process; each one's exit status, CPU seconds (its own and its reaped children's)
+    and the ``time.perf_counter()`` at which it was seen gone."""
     deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            process.returncode = os.waitstatus_to_exitcode(status)
-            return process.returncode, usage.ru_utime + usage.ru_stime
-        if time.monotonic() > deadline:
-            raise E2EFailure(f"the collection did not finish in {timeout:.0f}s")
-        time.sleep(0.02)
+    done: dict[int, tuple[int, float, float]] = {}
+    while len(done) < len(processes):
+        for index, process in enumerate(processes):
+            if index in done:
+                continue
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                process.returncode = os.waitstatus_to_exitcode(status)
+                done[index] = (process.returncode, usage.ru_utime + usage.ru_stime, time.perf_counter())
+        if len(done) < len(processes):
+            if time.monotonic() > deadline:
+                raise E2EFailure(f"the collection did not finish in {timeout:.0f}s")
+            time.sleep(0.02)
+    return [done[index] for index in range(len(processes))]
+
+
+def round_orders(names: Sequence[str], rounds: int) -> list[tuple[str, ...]]:
+    """Each round's order: every order of the configurations in turn. Over each full turn every
+    configuration runs in every position, and runs directly after each other one, equally often (a
+    rotation runs `full` right after `contrib` in two rounds of three and never the other way round)."""
+    orders = list(itertools.permutations(names))
+    return [orders[number % len(orders)] for number in range(rounds)]
+
+
+def blocks_of(rounds: int, blocks: int) -> list[list[int]]:
+    """The round numbers (from 1) of each block, in order, as even as they divide."""
+    count = max(1, min(blocks, rounds))
+    return [[n for n in range(1, rounds + 1) if (n - 1) * count // rounds == b] for b in range(count)]
 
 
 def collect(
-    config: Configuration, round_label: str, round_number: int, tasks_path: Path, workload: Workload, markers: set[str]
-) -> Collection:
-    out = config.work / round_label
-    out.mkdir()
-    rollouts_path = out / "rollouts.jsonl"
-    for capture in config.capture_dir.iterdir():  # NeMo Gym appends to a rollout id's capture: one round's only
-        capture.unlink()
+    configs: Sequence[Configuration],
+    round_label: str,
+    round_number: int,
+    tasks_path: Path,
+    workload: Workload,
+    markers: set[str],
+) -> list[Collection]:
+    """One collection of each of ``configs``, their collectors started at the same moment (one after
+    the other, in order, a few milliseconds apart): one configuration alone, or all of them together."""
     bin_dir = RELEASE.venv / "bin"
-    log_path = out / "gym_eval_run.log"
-    command = [
-        *config.launcher,
-        str(bin_dir / "gym"),
-        "eval",
-        "run",
-        "--no-serve",
-        f"+input_jsonl_fpath={tasks_path}",
-        f"+output_jsonl_fpath={rollouts_path}",
-        f"+num_repeats={workload.repeats}",
-        f"+num_samples_in_parallel={workload.concurrency}",
-        *config.head,
-        *config.capture,
-    ]
+    commands = []
+    for config in configs:
+        out = config.work / round_label
+        out.mkdir()
+        for capture in config.capture_dir.iterdir():  # NeMo Gym appends to a rollout id's capture: one round's only
+            capture.unlink()
+        commands.append(
+            [
+                *config.launcher,
+                str(bin_dir / "gym"),
+                "eval",
+                "run",
+                "--no-serve",
+                f"+input_jsonl_fpath={tasks_path}",
+                f"+output_jsonl_fpath={out / 'rollouts.jsonl'}",
+                f"+num_repeats={workload.repeats}",
+                f"+num_samples_in_parallel={workload.concurrency}",
+                *config.head,
+                *config.capture,
+            ]
+        )
     before = snapshot(markers)
-    pauses_before = gc_pauses(gc_dir(config.name))
+    pauses_before = [gc_pauses(config.gc_dir) for config in configs]
     busy_before, _ = machine_busy_ticks()
     own_before = time.process_time()
     window_start = time.monotonic()
     started = time.perf_counter()
-    process = config.processes.start(f"{config.name}: gym eval run ({round_label})", command, log_path, out)
-    code, collector_cpu = wait_reaped(process, TIMEOUT_COLLECTION)
-    wall = time.perf_counter() - started
+    processes = [
+        config.processes.start(
+            f"{config.name}: gym eval run ({round_label})",
+            command,
+            config.work / round_label / "gym_eval_run.log",
+            config.work / round_label,
+        )
+        for config, command in zip(configs, commands, strict=True)
+    ]
+    reaped = wait_reaped(processes, TIMEOUT_COLLECTION)
     time.sleep(SETTLE_SECONDS)
     after = snapshot(markers)
-    pauses = gc_between(pauses_before, gc_pauses(gc_dir(config.name)), after, process.pid)
+    pauses = [
+        gc_between(then, gc_pauses(config.gc_dir), after, process.pid)
+        for config, then, process in zip(configs, pauses_before, processes, strict=True)
+    ]
     busy_after, _ = machine_busy_ticks()
     elapsed = time.perf_counter() - started
     speed = probe_mean(WORK / SPEED_SAMPLES, window_start, time.monotonic())
-    if code != 0:
-        raise E2EFailure(f"{config.name}: the collection failed (exit {code}); log: {log_path}\n{e2e_run.tail(log_path)}")
+    for config, (code, _, _) in zip(configs, reaped, strict=True):
+        if code != 0:
+            log_path = config.work / round_label / "gym_eval_run.log"
+            raise E2EFailure(f"{config.name}: the collection failed (exit {code}); log: {log_path}\n{e2e_run.tail(log_path)}")
     spent = cpu_between(before, after)
-    cpu = spent.get(config.marker, Counter())
-    cpu["collector"] += collector_cpu
-    ours = sum(sum(groups.values()) for groups in spent.values()) + collector_cpu + time.process_time() - own_before
+    collectors = sum(cpu for _, cpu, _ in reaped)
+    ours = sum(sum(groups.values()) for groups in spent.values()) + collectors + time.process_time() - own_before
     others = max(0.0, ((busy_after - busy_before) / CLOCK_TICKS - ours) / elapsed)
 
-    rows = e2e_run.read_jsonl(rollouts_path)
-    failures = e2e_run.read_jsonl(rollouts_path.with_name("rollouts_failures.jsonl"))
-    if failures or len(rows) != workload.rollouts:
-        raise E2EFailure(
-            f"{config.name}: {len(rows)} rows and {len(failures)} failures for {workload.rollouts} rollouts; log: {log_path}"
+    collections = []
+    for config, (_, collector_cpu, ended), gc in zip(configs, reaped, pauses, strict=True):
+        out = config.work / round_label
+        rollouts_path = out / "rollouts.jsonl"
+        wall = ended - started
+        cpu = spent.get(config.marker, Counter())
+        cpu["collector"] += collector_cpu
+        rows = e2e_run.read_jsonl(rollouts_path)
+        failures = e2e_run.read_jsonl(rollouts_path.with_name("rollouts_failures.jsonl"))
+        if failures or len(rows) != workload.rollouts:
+            raise E2EFailure(
+                f"{config.name}: {len(rows)} rows and {len(failures)} failures for {workload.rollouts} rollouts; "
+                f"log: {out / 'gym_eval_run.log'}"
+            )
+        verdicts = Counter(
+            str(row.get("verdict")) for row in e2e_run.read_jsonl(rollouts_path.with_name("rollout_verdicts.jsonl"))
         )
-    verdicts = Counter(str(row.get("verdict")) for row in e2e_run.read_jsonl(rollouts_path.with_name("rollout_verdicts.jsonl")))
-    log(
-        f"{config.name} {round_label}: {wall:.2f} s wall, {sum(cpu.values()):.2f} s CPU "
-        f"(collector {cpu['collector']:.2f} s), others {others:.2f} cores, speed probe {speed:.0f} us"
-    )
-    return Collection(config.name, round_number, len(rows), wall, cpu, others, rollout_outcomes(rows), verdicts, speed, pauses)
+        log(
+            f"{config.name} {round_label}: {wall:.2f} s wall, {sum(cpu.values()):.2f} s CPU "
+            f"(collector {cpu['collector']:.2f} s), others {others:.2f} cores, speed probe {speed:.0f} us"
+        )
+        collections.append(
+            Collection(config.name, round_number, len(rows), wall, cpu, others, rollout_outcomes(rows), verdicts, speed, gc)
+        )
+    return collections
 
 
 def spans_by_name(path: Path, start: int, end: int | None) -> Counter[str]:
@@ -699,8 +772,14 @@ class Profile:
     calls_by_category: dict[str, float] = field(default_factory=dict)
 
 
-def collect_alone(
-    config: Configuration,
+def slots(configs: dict[str, Configuration], order: Sequence[str], together: bool) -> list[list[Configuration]]:
+    """A round's collections: alone, one slot per configuration in the round's order; together, one for all."""
+    running = [configs[name] for name in order]
+    return [running] if together else [[config] for config in running]
+
+
+def collect_running(
+    configs: Sequence[Configuration],
     round_label: str,
     round_number: int,
     tasks_path: Path,
@@ -708,27 +787,31 @@ def collect_alone(
     markers: set[str],
     profile_dir: Path | None = None,
     profiles: list[Profile] | None = None,
-) -> Collection:
-    """One collection with only this configuration's processes running: resumed, given THAW_SECONDS, then
+) -> list[Collection]:
+    """One collection of each of ``configs`` with only their processes running: resumed, given THAW_SECONDS,
     collected (profiled, with ``profile_dir``: the servers' profiles are appended to ``profiles``), and stopped."""
-    thaw(config.marker)
+    for config in configs:
+        thaw(config.marker)
     try:
         time.sleep(THAW_SECONDS)
         if profile_dir is not None:
-            (profile_dir / config.name / "start").touch()
+            for config in configs:
+                (profile_dir / config.name / "start").touch()
             time.sleep(0.5)
-        collection = collect(config, round_label, round_number, tasks_path, workload, markers)
+        collections = collect(configs, round_label, round_number, tasks_path, workload, markers)
         if profile_dir is not None and profiles is not None:
-            (profile_dir / config.name / "stop").touch()  # each server writes <pid>.pstat, then <pid>.json
-            wait_for(
-                f"{config.name}: the servers' profiles",
-                lambda d=profile_dir / config.name: len(list(d.glob("*.json"))) >= EXPECTED_SERVERS,
-                60,
-            )
-            profiles.append(read_profiles(profile_dir / config.name, config.name, collection.rollouts))
-        return collection
+            for config, collection in zip(configs, collections, strict=True):
+                (profile_dir / config.name / "stop").touch()  # each server writes <pid>.pstat, then <pid>.json
+                wait_for(
+                    f"{config.name}: the servers' profiles",
+                    lambda d=profile_dir / config.name: len(list(d.glob("*.json"))) >= EXPECTED_SERVERS,
+                    60,
+                )
+                profiles.append(read_profiles(profile_dir / config.name, config.name, collection.rollouts))
+        return collections
     finally:
-        freeze(config.marker)
+        for config in configs:
+            freeze(config.marker)
 
 
 def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
@@ -807,10 +890,6 @@ def remove_hook(module: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # The garbage collector's pauses (benchmarks/gc_hook.py in every process)
 # ---------------------------------------------------------------------------------------------
-
-
-def gc_dir(configuration: str) -> Path:
-    return WORK / "gc" / configuration
 
 
 def gc_pauses(folder: Path) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
@@ -1059,10 +1138,10 @@ def report(
         "`make bench-e2e` (`benchmarks/whole_run.py`; `make bench` keeps this section as it is): real `gym env start` and "
         f"`gym eval run --no-serve` collections of {workload.rollouts} mcqa rollouts ({workload.tasks} tasks x "
         f"{workload.repeats}), concurrency {workload.concurrency}, model-call capture and the health pass on, against a "
-        "scripted model on 127.0.0.1; each configuration with its own servers, receiver and model, its processes "
-        f"stopped (SIGSTOP) while another collects and resumed {THAW_SECONDS:g} s before its own collections; "
-        f"{'no warm-up, ' if not workload.warmup else 'one untimed warm-up each, '}{workload.rounds} round(s), the order "
-        "rotating. Ratios are taken within a round; min / median / max over rounds. CPU is every process of the "
+        f"scripted model on 127.0.0.1; each configuration with its own servers, receiver and model; {slotting(workload)}; "
+        f"{workload.rounds} round(s) in {len(blocks_of(workload.rounds, workload.blocks))} block(s), every configuration "
+        f"started afresh for each block{', with one untimed warm-up each' if workload.warmup else ', no warm-up'}. "
+        "Ratios are taken within a round; min / median / max over rounds. CPU is every process of the "
         "configuration (collector, servers, Ray, model, receiver), from `/proc` and `wait4`, read "
         f"{SETTLE_SECONDS:g} s after the collector exits (the servers' batch span processors send their last spans).",
         "",
@@ -1093,7 +1172,7 @@ def report(
         rollouts = sum(c.rollouts for c in mine)
         per_rollout = sum(spans.get(name, Counter()).values()) / max(rollouts, 1)
         others = statistics.median(c.others for c in mine)
-        if name in previous:
+        if name in previous and ratios(collections, name, previous[name], "wall"):  # (a run without `none`)
             walls = spread(ratios(collections, name, previous[name], "wall"))
             cpus = spread(ratios(collections, name, previous[name], "cpu"))
             ratio = f"{name} / {previous[name]}"
@@ -1108,7 +1187,7 @@ def report(
     without = [
         f"{name} / {previous[name]} {' / '.join(f'{v:.3f}' for v in spread(ratios(collections, name, previous[name], 'gym')))}"
         for name in CONFIGURATIONS
-        if name in previous and any(c.configuration == name for c in collections)
+        if name in previous and ratios(collections, name, previous[name], "gym")
     ]
     if without:
         lines += [
@@ -1119,6 +1198,9 @@ def report(
     goal = goal_line(collections)
     if goal:
         lines += ["", *goal]
+    by_block = block_lines(collections)
+    if by_block:
+        lines += ["", *by_block]
     speed = speed_lines(collections)
     if speed:
         lines += ["", *speed]
@@ -1132,6 +1214,44 @@ def report(
     if profiles:
         lines += ["", *profile_lines(profiles)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def slotting(workload: Workload) -> str:
+    """How a round's collections share the machine, for the report."""
+    if workload.together:
+        return (
+            "in every round all configurations collect at the same moment (their collectors started a few "
+            "milliseconds apart, in an order that takes every order in turn), sharing the machine's CPUs: every "
+            "figure is higher than alone, and the machine's changing speed slows them all alike; their processes "
+            f"are stopped (SIGSTOP) between rounds and resumed {THAW_SECONDS:g} s before them"
+        )
+    return (
+        f"its processes stopped (SIGSTOP) while another collects and resumed {THAW_SECONDS:g} s before its own "
+        "collections; the rounds take every order of the configurations in turn (each runs in every position, and "
+        "directly after each other, equally often)"
+    )
+
+
+def block_lines(collections: list[Collection]) -> list[str]:
+    """full / contrib per block of rounds: a difference between blocks is one of the servers' instances
+    (where their memory and threads landed), which starting them afresh for each block averages out."""
+    blocks = sorted({c.block for c in collections})
+    if len(blocks) < 2:
+        return []
+    parts = []
+    for block in blocks:
+        mine = [c for c in collections if c.block == block]
+        walls, cpus = ratios(mine, "full", "contrib", "wall"), ratios(mine, "full", "contrib", "cpu")
+        if walls:
+            rounds = sorted({c.round for c in mine})
+            parts.append(
+                f"block {block} (rounds {rounds[0]} to {rounds[-1]}): wall {statistics.median(walls):.3f}, "
+                f"CPU {statistics.median(cpus):.3f}"
+            )
+    if not parts:
+        return []
+    lead = "**By block** (every configuration started afresh for each), full / contrib, median of its rounds: "
+    return [lead + "; ".join(parts) + "."]
 
 
 def cpu_table(collections: list[Collection]) -> list[str]:
@@ -1481,9 +1601,12 @@ def run(options: argparse.Namespace) -> int:
         concurrency=options.concurrency or workload.concurrency,
         rounds=options.rounds or workload.rounds,
         warmup=workload.warmup if options.warmup is None else options.warmup,
+        blocks=options.blocks or workload.blocks,
+        together=options.together,
     )
     if options.profile:
         workload = Workload(workload.tasks, workload.repeats, workload.concurrency, rounds=1, warmup=workload.warmup)
+        # (one configuration at a time: yappi's figures are compared between them)
     busy_at_start = others_cores()
     log(f"other processes use {busy_at_start:.2f} cores now (load average {os.getloadavg()[0]:.2f})")
     deadline = time.monotonic() + options.wait
@@ -1515,47 +1638,60 @@ def run(options: argparse.Namespace) -> int:
         install_hook(PROFILE_HOOK, "profile_hook.py")
     install_hook(GC_HOOK, "gc_hook.py")
     header = machine_lines(busy_at_start, busy)
-    configs: dict[str, Configuration] = {}
     collections: list[Collection] = []
     profiles: list[Profile] = []
     probe_processes = Processes({k: v for k, v in os.environ.items() if k != RUN_MARKER_VAR})
     probe = start_speed_probe(probe_processes)
+    names = [n for n in CONFIGURATIONS if n in options.configurations]
+    orders = round_orders(names, workload.rounds)
+    spans: dict[str, Counter[str]] = {}
+    priced: tuple[Configuration, Collection] | None = None  # full's first timed round, for span_price
     try:
-        names = [n for n in CONFIGURATIONS if n in options.configurations]
-        for name in names:
-            start_configuration(name, venv_python, scratch, tasks_path, profile_dir, configs)
-        markers = {config.marker for config in configs.values()}
-        time.sleep(SETTLE_SECONDS)  # the servers' start-up spans are sent before their processes stop
-        for config in configs.values():
-            freeze(config.marker)  # each runs only for its own collections (THAW_SECONDS)
-        if workload.warmup:
-            for name in names:
-                collect_alone(configs[name], "warm-up", 0, tasks_path, workload, markers)
-        for number in range(1, workload.rounds + 1):
-            order = names[(number - 1) % len(names) :] + names[: (number - 1) % len(names)]
-            log(f"round {number}: {', '.join(order)}")
-            for name in order:
-                config = configs[name]
-                config.span_offsets.append(config.spans_path.stat().st_size)
-                label = f"round-{number}"
-                collection = collect_alone(config, label, number, tasks_path, workload, markers, profile_dir, profiles)
-                collections.append(collection)
-            problems = compare_outcomes({c.configuration: c.outcomes for c in collections if c.round == number})
-            if problems:
-                raise E2EFailure(f"round {number}: the configurations' outcomes differ: " + "; ".join(problems[:10]))
-        for config in configs.values():
-            thaw(config.marker)
-        spans: dict[str, Counter[str]] = {}
-        for name, config in configs.items():
-            wait_quiet(config.spans_path, 3.0)
-            if config.span_offsets:
-                spans[name] = spans_by_name(config.spans_path, config.span_offsets[0], None)
+        for block, numbers in enumerate(blocks_of(workload.rounds, workload.blocks), 1):
+            log(f"block {block}: rounds {numbers[0]} to {numbers[-1]}, every configuration started afresh")
+            configs: dict[str, Configuration] = {}
+            try:
+                for name in names:
+                    work = WORK / name if workload.blocks == 1 else WORK / f"block-{block}" / name
+                    start_configuration(name, work, venv_python, scratch, tasks_path, profile_dir, configs)
+                markers = {config.marker for config in configs.values()}
+                time.sleep(SETTLE_SECONDS)  # the servers' start-up spans are sent before their processes stop
+                for config in configs.values():
+                    freeze(config.marker)  # each runs only for its own collections (THAW_SECONDS)
+
+                if workload.warmup:
+                    for slot in slots(configs, names, workload.together):
+                        collect_running(slot, "warm-up", 0, tasks_path, workload, markers)
+                for number in numbers:
+                    order = orders[number - 1]
+                    log(f"round {number}: {(' + ' if workload.together else ', ').join(order)}")
+                    for slot in slots(configs, order, workload.together):
+                        for config in slot:
+                            config.span_offsets.append(config.spans_path.stat().st_size)
+                        label = f"round-{number}"
+                        for collection in collect_running(
+                            slot, label, number, tasks_path, workload, markers, profile_dir, profiles
+                        ):
+                            collection.block = block
+                            collections.append(collection)
+                            if collection.configuration == "full" and priced is None:
+                                priced = (configs["full"], collection)
+                    problems = compare_outcomes({c.configuration: c.outcomes for c in collections if c.round == number})
+                    if problems:
+                        raise E2EFailure(f"round {number}: the configurations' outcomes differ: " + "; ".join(problems[:10]))
+                for config in configs.values():
+                    thaw(config.marker)
+                for name, config in configs.items():
+                    wait_quiet(config.spans_path, 3.0)
+                    if config.span_offsets:
+                        spans.setdefault(name, Counter()).update(spans_by_name(config.spans_path, config.span_offsets[0], None))
+            finally:
+                for config in reversed(list(configs.values())):
+                    thaw(config.marker)  # a stopped process would not see the Ctrl-C that stops it
+                    survivors = config.processes.stop_all(config.marker)
+                    if survivors:
+                        log(f"{config.name}: processes still alive after stopping: {survivors}")
     finally:
-        for config in reversed(list(configs.values())):
-            thaw(config.marker)  # a stopped process would not see the Ctrl-C that stops it
-            survivors = config.processes.stop_all(config.marker)
-            if survivors:
-                log(f"{config.name}: processes still alive after stopping: {survivors}")
         probe_processes.interrupt(probe, 5)
         if profile_dir is not None:
             remove_hook(PROFILE_HOOK)
@@ -1563,9 +1699,8 @@ def run(options: argparse.Namespace) -> int:
         scratch.remove()
 
     price = None
-    if not options.profile and "full" in configs and configs["full"].span_offsets:
-        first = next(c for c in collections if c.configuration == "full")
-        price = span_price(venv_python, configs["full"], first, options.quick)
+    if not options.profile and priced is not None:
+        price = span_price(venv_python, *priced, options.quick)
     busy_during = any(c.others > options.max_busy for c in collections)
     text = report(
         workload, collections, spans, header, options.quick, busy or busy_during, time.monotonic() - started_at, profiles, price
@@ -1596,6 +1731,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help=f"rollouts per task (default {FULL.repeats})")
     parser.add_argument("--concurrency", type=int, help=f"rollouts in flight (default {FULL.concurrency})")
     parser.add_argument("--rounds", type=int, help=f"timed rounds (default {FULL.rounds})")
+    parser.add_argument(
+        "--blocks", type=int, help=f"blocks of rounds, each with every configuration started afresh (default {FULL.blocks})"
+    )
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="every configuration of a round collects at the same moment: the machine's changing speed hits all alike",
+    )
     parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="one untimed collection each first")
     parser.add_argument("--configurations", default=",".join(CONFIGURATIONS), help="comma-separated subset of none,contrib,full")
     parser.add_argument("--profile", action="store_true", help="yappi in every Gym server for one round; adds the breakdown")

@@ -571,3 +571,61 @@ def test_the_profile_counts_calls_by_place_and_gives_shares_only_of_a_cost(whole
     cheaper = dataclasses.replace(full, by_category={**times, package: 1.5, propagation: 0.0})  # -0.5 in all
     text = "\n".join(whole_run.profile_lines([contrib, cheaper]))
     assert "the package's own code +0.500 (per request" in text and "%: per request" not in text
+
+
+def test_every_order_in_turn_balances_positions_and_who_runs_right_after_whom(whole_run: ModuleType) -> None:
+    names = ("none", "contrib", "full")
+    orders = whole_run.round_orders(names, 18)
+    assert len(orders) == 18 and all(sorted(order) == sorted(names) for order in orders)
+    for turn in range(3):  # each turn of six rounds on its own
+        six = orders[turn * 6 : turn * 6 + 6]
+        assert len(set(six)) == 6
+        positions = Counter((order.index(name), name) for order in six for name in names)
+        assert set(positions.values()) == {2}  # every configuration in every position twice
+        adjacent = Counter(pair for order in six for pair in itertools.pairwise(order))
+        assert adjacent[("contrib", "full")] == adjacent[("full", "contrib")] == 2
+        assert set(adjacent.values()) == {2}
+    # Two configurations alternate.
+    assert whole_run.round_orders(("contrib", "full"), 4) == [("contrib", "full"), ("full", "contrib")] * 2
+
+
+def test_blocks_split_the_rounds_evenly_and_in_order(whole_run: ModuleType) -> None:
+    assert whole_run.blocks_of(18, 3) == [list(range(1, 7)), list(range(7, 13)), list(range(13, 19))]
+    assert whole_run.blocks_of(7, 3) == [[1, 2, 3], [4, 5], [6, 7]]
+    assert whole_run.blocks_of(1, 3) == [[1]]  # never an empty block
+    assert whole_run.blocks_of(5, 1) == [[1, 2, 3, 4, 5]]
+
+
+def test_the_report_gives_full_over_contrib_per_block(whole_run: ModuleType) -> None:
+    collections = []
+    # Block 1's full instance runs 4% above contrib's, block 2's 1% below: a difference of instances.
+    for number, block, full_wall in ((1, 1, 10.4), (2, 1, 10.4), (3, 2, 9.9), (4, 2, 9.9)):
+        for name, wall in (("contrib", 10.0), ("full", full_wall)):
+            collection = whole_run.Collection(name, number, 400, wall, Counter({"collector": wall}), 0.0, {}, Counter())
+            collection.block = block
+            collections.append(collection)
+    line = whole_run.block_lines(collections)[0]
+    assert "block 1 (rounds 1 to 2): wall 1.040, CPU 1.040" in line
+    assert "block 2 (rounds 3 to 4): wall 0.990, CPU 0.990" in line
+    assert whole_run.block_lines([c for c in collections if c.block == 1]) == []  # one block: nothing to set side by side
+    text = whole_run.report(whole_run.FULL, collections, {}, ["- Machine: test"], False, False, 60.0, [])
+    assert "18 round(s) in 3 block(s), every configuration started afresh for each block" in text
+    assert "**By block**" in text
+    together = whole_run.report(
+        dataclasses.replace(whole_run.FULL, together=True), collections, {}, ["- Machine: test"], False, False, 60.0, []
+    )
+    assert "in every round all configurations collect at the same moment" in together
+    assert "in every round all configurations" not in text
+
+
+def test_wait_reaped_sees_each_process_end_with_its_status_and_cpu(whole_run: ModuleType) -> None:
+    spin = (
+        "import sys, time\nend = time.process_time() + float(sys.argv[1])\n"
+        "while time.process_time() < end: pass\nsys.exit(int(sys.argv[2]))"
+    )
+    slow = subprocess.Popen([sys.executable, "-c", spin, "0.6", "0"])
+    fast = subprocess.Popen([sys.executable, "-c", spin, "0.1", "3"])
+    (slow_code, slow_cpu, slow_end), (fast_code, fast_cpu, fast_end) = whole_run.wait_reaped([slow, fast], 60)
+    assert (slow_code, fast_code) == (0, 3) and (slow.returncode, fast.returncode) == (0, 3)
+    assert slow_cpu >= 0.6 and 0.1 <= fast_cpu < slow_cpu  # each one's own CPU, not the other's
+    assert fast_end < slow_end  # each seen gone when it ended, not when the last did
