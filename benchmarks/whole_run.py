@@ -112,7 +112,7 @@ from processes import (  # noqa: E402
 from releases import RELEASES  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from sections import WHOLE_RUN, WHOLE_RUN_PROFILE, code_version  # noqa: E402
+from sections import WHOLE_RUN, WHOLE_RUN_PROFILE, WHOLE_RUN_TOGETHER, code_version  # noqa: E402
 
 
 def _load_e2e_run() -> Any:
@@ -1216,6 +1216,12 @@ def report(
     return "\n".join(lines).rstrip() + "\n"
 
 
+def together_heading(text: str) -> str:
+    """A --together run's report as the section beside the alone run's: its own heading and command."""
+    text = text.replace("## A whole real run", "### Together: a whole real run", 1)
+    return text.replace("`make bench-e2e` (", "`make bench-e2e BENCH_E2E_ARGS=--together` (", 1)
+
+
 def slotting(workload: Workload) -> str:
     """How a round's collections share the machine, for the report."""
     if workload.together:
@@ -1715,6 +1721,8 @@ def run(options: argparse.Namespace) -> int:
         # A profiled run's timings are yappi's: only its breakdown goes into RESULTS.md, in a section of its own.
         if options.profile:
             WHOLE_RUN_PROFILE.write(options.output, "\n".join([*profile_lines(profiles), "", *header]))
+        elif workload.together:  # its own section: the alone run's stays beside it
+            WHOLE_RUN_TOGETHER.write(options.output, together_heading(text), before=WHOLE_RUN_PROFILE)
         else:
             WHOLE_RUN.write(options.output, text, before=WHOLE_RUN_PROFILE)
         log(f"written to {options.output}")

@@ -629,3 +629,12 @@ def test_wait_reaped_sees_each_process_end_with_its_status_and_cpu(whole_run: Mo
     assert (slow_code, fast_code) == (0, 3) and (slow.returncode, fast.returncode) == (0, 3)
     assert slow_cpu >= 0.6 and 0.1 <= fast_cpu < slow_cpu  # each one's own CPU, not the other's
     assert fast_end < slow_end  # each seen gone when it ended, not when the last did
+
+
+def test_a_together_run_writes_its_own_section_beside_the_alone_one(whole_run: ModuleType, tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    whole_run.WHOLE_RUN.write(results, "## A whole real run: alone\n\n`make bench-e2e` (alone)")
+    whole_run.WHOLE_RUN_TOGETHER.write(results, whole_run.together_heading("## A whole real run: x\n\n`make bench-e2e` (y)"))
+    text = results.read_text()
+    assert "## A whole real run: alone" in text and "`make bench-e2e` (alone)" in text  # the alone run's stays
+    assert "### Together: a whole real run: x" in text and "`make bench-e2e BENCH_E2E_ARGS=--together` (y)" in text
