@@ -107,6 +107,7 @@ from processes import (  # noqa: E402
     parse_stat,
     port_open,
     run_main,
+    stopped,
     wait_for,
 )
 from releases import RELEASES  # noqa: E402
@@ -149,6 +150,7 @@ SETTLE_SECONDS = 5.5
 # clusters and servers would otherwise take CPU from it at random. Resumed, a configuration gets
 # this long before its CPU is first read, for the timers that came due while it was stopped.
 THAW_SECONDS = 2.0
+STOP_TIMEOUT_SECONDS = 10.0  # SIGSTOP takes effect as each thread next runs: at once, unless the machine is very busy
 TIMEOUT_SERVERS_READY = 300
 TIMEOUT_COLLECTION = 900
 BUSY_SAMPLE_SECONDS = 3.0
@@ -278,14 +280,20 @@ def signal_run(marker: str, signum: int) -> set[tuple[int, int]]:
 
 
 def freeze(marker: str) -> None:
-    """Stop (SIGSTOP) every process of a run, until a pass finds none that was not stopped: a process that
-    one of them started just before it stopped is found by the next pass."""
-    stopped: set[tuple[int, int]] = set()
+    """Stop (SIGSTOP) every process of a run and wait until each one is stopped, until a pass finds none that
+    was not stopped: a process that one of them started just before it stopped is found by the next pass."""
+    signalled: set[tuple[int, int]] = set()
     for _ in range(20):
         found = signal_run(marker, signal.SIGSTOP)
-        if found <= stopped:
+        wait_for(
+            f"run {marker}'s processes to stop",
+            lambda found=found: all(stopped(pid) for pid, _ in found),
+            timeout=STOP_TIMEOUT_SECONDS,
+            interval=0.002,
+        )
+        if found <= signalled:
             return
-        stopped |= found
+        signalled |= found
     raise E2EFailure(f"run {marker}: its processes kept starting new ones; they could not all be stopped")
 
 

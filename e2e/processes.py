@@ -54,6 +54,28 @@ def parent_pid(text: str) -> int:
     return int(text.rsplit(")", 1)[1].split()[1])
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of a process is stopped, or has ended: SIGSTOP takes effect as each thread next
+    runs, not when kill() returns."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return True  # the process has ended
+    for task in tasks:
+        try:
+            state = process_state((task / "stat").read_text())
+        except OSError:
+            continue  # this thread ended meanwhile
+        if state not in "TtZX":
+            return False
+    return True
+
+
+def process_state(text: str) -> str:
+    """The state letter (R, S, D, T, Z, ...) from a /proc/<pid>/stat line."""
+    return text.rsplit(")", 1)[1].split()[0]
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
