@@ -115,6 +115,7 @@ class Engine:
 
 ENGINE = Engine()
 _INTERNAL = SpanKind.INTERNAL
+_NO_CONTEXT = Context()  # an Active's until Plan.start gives it its own (a Context is never changed in place)
 
 
 class Plan:
@@ -327,7 +328,7 @@ class Active:
         self.call: Call | None = None
         self.span: Span | None = None
         self.identity: RolloutIdentity | None = None
-        self.ctx: Context = Context()
+        self.ctx: Context = _NO_CONTEXT  # Plan.start sets the call's own before it returns it
         self.token: object | None = None
         self.done = False
 
