@@ -465,6 +465,7 @@ def start_configuration(
     env = configuration_env(name, e2e_run.base_env(RELEASE.venv, marker, receiver_port, scratch))
     if profile_dir is not None:
         env["GYM_BENCH_PROFILE_DIR"] = str(profile_dir / name)
+        env["GYM_BENCH_PROFILE_MATCH"] = "app.py,eval run"  # the Gym servers and the collector
         (profile_dir / name).mkdir(parents=True)
     bin_dir = RELEASE.venv / "bin"
     launcher = [] if name == "none" else [str(bin_dir / "opentelemetry-instrument"), "--"]
@@ -778,6 +779,7 @@ class Profile:
     gc_ms: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # CPU ms per rollout, per generation
     # Python calls per rollout, all servers, by category: yappi counts them exactly, whatever the machine's speed.
     calls_by_category: dict[str, float] = field(default_factory=dict)
+    part: str = "servers"  # or "collector": the same figures for `gym eval run` alone
 
 
 def slots(configs: dict[str, Configuration], order: Sequence[str], together: bool) -> list[list[Configuration]]:
@@ -810,19 +812,21 @@ def collect_running(
         if profile_dir is not None and profiles is not None:
             for config, collection in zip(configs, collections, strict=True):
                 (profile_dir / config.name / "stop").touch()  # each server writes <pid>.pstat, then <pid>.json
-                wait_for(
-                    f"{config.name}: the servers' profiles",
-                    lambda d=profile_dir / config.name: len(list(d.glob("*.json"))) >= EXPECTED_SERVERS,
+                wait_for(  # the collector has written its own at its exit
+                    f"{config.name}: the servers' and the collector's profiles",
+                    lambda d=profile_dir / config.name: len(list(d.glob("*.json"))) >= EXPECTED_SERVERS + 1,
                     60,
                 )
-                profiles.append(read_profiles(profile_dir / config.name, config.name, collection.rollouts))
+                for part in ("servers", "collector"):
+                    profiles.append(read_profiles(profile_dir / config.name, config.name, collection.rollouts, part))
         return collections
     finally:
         for config in configs:
             freeze(config.marker)
 
 
-def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
+def read_profiles(folder: Path, configuration: str, rollouts: int, part: str = "servers") -> Profile:
+    """One configuration's profiles of one part of the run: its Gym servers, or its collector (by ``group_of``)."""
     by_server: Counter[str] = Counter()
     by_category: Counter[str] = Counter()
     calls_by_category: Counter[str] = Counter()
@@ -833,6 +837,8 @@ def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
     gc_collections, gc_seconds = [0, 0, 0], [0.0, 0.0, 0.0]
     for meta_path in sorted(folder.glob("*.json")):
         meta = json.loads(meta_path.read_text())
+        if (group_of(meta["cmdline"], meta["cwd"]) == "collector") != (part == "collector"):
+            continue
         for generation in range(3):
             gc_collections[generation] += meta.get("gc_collections", [0, 0, 0])[generation]
             gc_seconds[generation] += meta.get("gc_seconds", [0.0, 0.0, 0.0])[generation]
@@ -872,6 +878,7 @@ def read_profiles(folder: Path, configuration: str, rollouts: int) -> Profile:
         gc_collections,
         [seconds * scale for seconds in gc_seconds],
         {k: v / max(rollouts, 1) for k, v in calls_by_category.items()},
+        part,
     )
 
 
@@ -1449,12 +1456,72 @@ def _in_place(figures: dict[str, float], category: str) -> float:
     return sum(figures.values()) if category == "all" else figures.get(category, 0.0)
 
 
+def _category_rows(by_name: dict[str, Profile], names: list[str]) -> list[str]:
+    """The table of own time per rollout by where the code lives, one column per configuration."""
+    lines = [
+        "| where | " + " | ".join(names) + " | full - contrib |",
+        "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
+    ]
+    for category in [*(c for c, _ in CATEGORIES), OTHER, "all"]:
+        cells = {n: _in_place(by_name[n].by_category, category) for n in names}
+        difference = f"{cells['full'] - cells['contrib']:+.3f}" if "full" in cells and "contrib" in cells else ""
+        label = "**all**" if category == "all" else category
+        lines.append(f"| {label} | " + " | ".join(f"{cells[n]:.3f}" for n in names) + f" | {difference} |")
+    return lines
+
+
+def _package_lines(full: Profile | None, where: str) -> list[str]:
+    """The package's own functions in ``full``'s profile, and its calls into OpenTelemetry."""
+    lines: list[str] = []
+    if full is not None and full.package_functions:
+        lines += [
+            "",
+            f"The package's own functions in {where}, `full` (ms per rollout; inclusive time of a wrapper includes the "
+            "wrapped call's):",
+            "",
+            "| function | own | inclusive | calls per rollout |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| `{name}` | {own:.3f} | {inclusive:.3f} | {calls:.1f} |"
+            for name, (own, inclusive, calls) in full.package_functions.items()
+        ]
+    if full is not None and full.package_entries:
+        lines += ["", "Calls from the package into OpenTelemetry, `full` (inclusive ms per rollout, largest first):", ""]
+        lines += [f"- `{edge}`: {ms:.3f}" for edge, ms in full.package_entries.items()]
+    return lines
+
+
+def collector_lines(profiles: list[Profile]) -> list[str]:
+    """The collector's profile (``gym eval run``, profiled from its start, imports included, to its exit)."""
+    by_name = {p.configuration: p for p in profiles}
+    names = [n for n in CONFIGURATIONS if n in by_name]
+    if not names:
+        return []
+    lines = [
+        "",
+        "#### The collector",
+        "",
+        "The same, in `gym eval run` itself, profiled from its start-up (the launcher's and the package's imports, "
+        "which a collection's CPU includes) to its exit; ms per rollout:",
+        "",
+        *_category_rows(by_name, names),
+    ]
+    return lines + _package_lines(by_name.get("full"), "the collector")
+
+
 def profile_lines(profiles: list[Profile]) -> list[str]:
+    """The servers' breakdown, then the collector's (each a list of one Profile per configuration)."""
+    servers = [p for p in profiles if p.part == "servers"]
+    return _servers_lines(servers) + collector_lines([p for p in profiles if p.part == "collector"])
+
+
+def _servers_lines(profiles: list[Profile]) -> list[str]:
     by_name = {p.configuration: p for p in profiles}
     categories = [c for c, _ in CATEGORIES] + [OTHER]
     names = [n for n in CONFIGURATIONS if n in by_name]
     lines = [
-        "### Where the servers' CPU goes (yappi, one collection per configuration)",
+        "### Where the servers' and the collector's CPU goes (yappi, one collection per configuration)",
         "",
         "`python3 benchmarks/whole_run.py --profile`: yappi on CPU time, every thread, in each Gym server process "
         "(started from a `.pth` start-up hook in the venv, `benchmarks/profile_hook.py`), from just before the "
@@ -1462,14 +1529,8 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
         "makes every Python call slower, so the absolute figures are higher than unprofiled ones; the shares and the "
         "differences between configurations are what to read.",
         "",
-        "| where | " + " | ".join(names) + " | full - contrib |",
-        "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
+        *_category_rows(by_name, names),
     ]
-    for category in [*categories, "all"]:
-        cells = {n: _in_place(by_name[n].by_category, category) for n in names}
-        difference = f"{cells['full'] - cells['contrib']:+.3f}" if "full" in cells and "contrib" in cells else ""
-        label = "**all**" if category == "all" else category
-        lines.append(f"| {label} | " + " | ".join(f"{cells[n]:.3f}" for n in names) + f" | {difference} |")
     if all(by_name[n].calls_by_category for n in names) and "full" in by_name and "contrib" in by_name:
         contrib_calls = sum(by_name["contrib"].calls_by_category.values())
         lines += [
@@ -1547,23 +1608,7 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
         cells = {n: by_name[n].by_server.get(server, 0.0) for n in names}
         difference = f"{cells['full'] - cells['contrib']:+.3f}" if "full" in cells and "contrib" in cells else ""
         lines.append(f"| {server} | " + " | ".join(f"{cells[n]:.3f}" for n in names) + f" | {difference} |")
-    if "full" in by_name and by_name["full"].package_functions:
-        lines += [
-            "",
-            "The package's own functions in the servers, `full` (ms per rollout; inclusive time of a wrapper includes the "
-            "wrapped call's):",
-            "",
-            "| function | own | inclusive | calls per rollout |",
-            "| --- | ---: | ---: | ---: |",
-        ]
-        lines += [
-            f"| `{name}` | {own:.3f} | {inclusive:.3f} | {calls:.1f} |"
-            for name, (own, inclusive, calls) in by_name["full"].package_functions.items()
-        ]
-    if "full" in by_name and by_name["full"].package_entries:
-        lines += ["", "Calls from the package into OpenTelemetry, `full` (inclusive ms per rollout, largest first):", ""]
-        lines += [f"- `{edge}`: {ms:.3f}" for edge, ms in by_name["full"].package_entries.items()]
-    return lines
+    return lines + _package_lines(by_name.get("full"), "the servers")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -638,3 +638,37 @@ def test_a_together_run_writes_its_own_section_beside_the_alone_one(whole_run: M
     text = results.read_text()
     assert "## A whole real run: alone" in text and "`make bench-e2e` (alone)" in text  # the alone run's stays
     assert "### Together: a whole real run: x" in text and "`make bench-e2e BENCH_E2E_ARGS=--together` (y)" in text
+
+
+def _profiled_process(folder: Path, pid: int, cmdline: list[str], cwd: str, filename: str, calls: int) -> None:
+    # A real profile in the pstats format yappi saves: `calls` calls of a function whose code lives at `filename`.
+    import cProfile
+
+    code: dict[str, object] = {}
+    exec(compile("def work():\n    return sum(range(50))\n", filename, "exec"), code)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        code["work"]()  # type: ignore[operator]
+    profiler.disable()
+    profiler.dump_stats(str(folder / f"{pid}.pstat"))
+    meta = {"pid": pid, "cmdline": cmdline, "cwd": cwd, "gc_collections": [1, 0, 0], "gc_seconds": [0.001, 0.0, 0.0]}
+    (folder / f"{pid}.json").write_text(json.dumps(meta))
+
+
+def test_a_profile_keeps_the_collector_apart_from_the_servers(whole_run: ModuleType, tmp_path: Path) -> None:
+    server = ["/venv/bin/python", "/gym/resources_servers/mcqa/app.py"]
+    collector = ["/venv/bin/python", "/venv/bin/gym", "eval", "run", "--no-serve"]
+    _profiled_process(tmp_path, 11, server, "/gym/resources_servers/mcqa", "/venv/site-packages/opentelemetry/baggage/x.py", 30)
+    _profiled_process(tmp_path, 12, collector, "/work/full", "/work/main/gym_instrument/plan.py", 50)
+    servers = whole_run.read_profiles(tmp_path, "full", 10, "servers")
+    alone = whole_run.read_profiles(tmp_path, "full", 10, "collector")
+    propagation, package = "propagation (baggage, W3C trace context)", "gym_instrument (the package's own code)"
+    assert servers.calls_by_category.get(propagation) == 3.0 and package not in servers.calls_by_category
+    assert list(servers.by_server) == ["mcqa"] and servers.gc_collections == [1, 0, 0]
+    assert alone.calls_by_category.get(package) == 5.0 and propagation not in alone.calls_by_category
+    assert alone.package_functions["plan.py:work"][2] == 5.0
+    text = "\n".join(whole_run.profile_lines([servers, alone]))
+    servers_part, collector_part = text.split("#### The collector")
+    assert "`plan.py:work`" in collector_part and "`plan.py:work`" not in servers_part
+    assert "| mcqa |" in servers_part
