@@ -206,12 +206,12 @@ def group_of(cmdline: list[str], cwd: str) -> str:
         return "model (scripted)"
     if cmdline and cmdline[-1].endswith("app.py"):
         return "server " + Path(cwd).name
+    if "eval" in cmdline and "run" in cmdline:  # before Ray's: its command names the cluster, +ray_head_node_address=
+        return "collector"
     if "ray" in text.lower():
         return "Ray"
     if "env" in cmdline and "start" in cmdline:
         return "gym env start (head)"
-    if "eval" in cmdline and "run" in cmdline:
-        return "collector"
     return f"other ({program})"
 
 

@@ -69,6 +69,8 @@ def test_parse_stat_of_this_process_grows_with_cpu_spent(whole_run: ModuleType) 
         (["bash", "-c", "cd x && source y && python app.py"], "/w", "shell wrappers"),
         (["/v/bin/python", "/v/site-packages/ray/core/src/ray/raylet/raylet"], "/w", "Ray"),
         (["/v/bin/python", "/v/bin/gym", "env", "start", "--config", "c"], "/w", "gym env start (head)"),
+        # the collector's command names its Ray cluster: it is still the collector, not one of Ray's processes
+        (["/v/bin/python", "/v/bin/gym", "eval", "run", "+ray_head_node_address=127.0.0.1:6379"], "/w", "collector"),
     ],
 )
 def test_group_of_names_each_part_of_a_run(whole_run: ModuleType, cmdline: list[str], cwd: str, group: str) -> None:
@@ -658,7 +660,7 @@ def _profiled_process(folder: Path, pid: int, cmdline: list[str], cwd: str, file
 
 def test_a_profile_keeps_the_collector_apart_from_the_servers(whole_run: ModuleType, tmp_path: Path) -> None:
     server = ["/venv/bin/python", "/gym/resources_servers/mcqa/app.py"]
-    collector = ["/venv/bin/python", "/venv/bin/gym", "eval", "run", "--no-serve"]
+    collector = ["/venv/bin/python", "/venv/bin/gym", "eval", "run", "--no-serve", "+ray_head_node_address=127.0.0.1:1"]
     _profiled_process(tmp_path, 11, server, "/gym/resources_servers/mcqa", "/venv/site-packages/opentelemetry/baggage/x.py", 30)
     _profiled_process(tmp_path, 12, collector, "/work/full", "/work/main/gym_instrument/plan.py", 50)
     servers = whole_run.read_profiles(tmp_path, "full", 10, "servers")
