@@ -1506,6 +1506,7 @@ def collector_lines(profiles: list[Profile]) -> list[str]:
         "which a collection's CPU includes) to its exit; ms per rollout:",
         "",
         *_category_rows(by_name, names),
+        *_calls_rows(by_name, names, "the collector"),
     ]
     return lines + _package_lines(by_name.get("full"), "the collector")
 
@@ -1514,6 +1515,31 @@ def profile_lines(profiles: list[Profile]) -> list[str]:
     """The servers' breakdown, then the collector's (each a list of one Profile per configuration)."""
     servers = [p for p in profiles if p.part == "servers"]
     return _servers_lines(servers) + collector_lines([p for p in profiles if p.part == "collector"])
+
+
+def _calls_rows(by_name: dict[str, Profile], names: list[str], where: str) -> list[str]:
+    """Python calls per rollout by place, and full's extra calls as a share of all of contrib's."""
+    if not (all(by_name[n].calls_by_category for n in names) and "full" in by_name and "contrib" in by_name):
+        return []
+    categories = [c for c, _ in CATEGORIES] + [OTHER]
+    contrib_calls = sum(by_name["contrib"].calls_by_category.values())
+    lines = [
+        "",
+        f"Python function calls per rollout, {where}, by the same places: yappi counts every call exactly, so "
+        "unlike its times these do not move with the machine's speed or with where a pause lands. The last column is "
+        "full's extra calls as a share of all of contrib's:",
+        "",
+        "| where | " + " | ".join(names) + " | full - contrib | of contrib's calls |",
+        "| --- | " + " | ".join("---:" for _ in names) + " | ---: | ---: |",
+    ]
+    for category in [*categories, "all"]:
+        counts = {n: _in_place(by_name[n].calls_by_category, category) for n in names}
+        extra = counts["full"] - counts["contrib"]
+        label = "**all**" if category == "all" else category
+        lines.append(
+            f"| {label} | " + " | ".join(f"{counts[n]:.1f}" for n in names) + f" | {extra:+.1f} | {extra / contrib_calls:+.2%} |"
+        )
+    return lines
 
 
 def _servers_lines(profiles: list[Profile]) -> list[str]:
@@ -1531,26 +1557,7 @@ def _servers_lines(profiles: list[Profile]) -> list[str]:
         "",
         *_category_rows(by_name, names),
     ]
-    if all(by_name[n].calls_by_category for n in names) and "full" in by_name and "contrib" in by_name:
-        contrib_calls = sum(by_name["contrib"].calls_by_category.values())
-        lines += [
-            "",
-            "Python function calls per rollout, all servers, by the same places: yappi counts every call exactly, so "
-            "unlike its times these do not move with the machine's speed or with where a pause lands. The last column is "
-            "full's extra calls as a share of all of contrib's:",
-            "",
-            "| where | " + " | ".join(names) + " | full - contrib | of contrib's calls |",
-            "| --- | " + " | ".join("---:" for _ in names) + " | ---: | ---: |",
-        ]
-        for category in [*categories, "all"]:
-            counts = {n: _in_place(by_name[n].calls_by_category, category) for n in names}
-            extra = counts["full"] - counts["contrib"]
-            label = "**all**" if category == "all" else category
-            lines.append(
-                f"| {label} | "
-                + " | ".join(f"{counts[n]:.1f}" for n in names)
-                + f" | {extra:+.1f} | {extra / contrib_calls:+.2%} |"
-            )
+    lines += _calls_rows(by_name, names, "all servers")
     lines += [
         "",
         "The garbage collector's pauses, all servers (collections; CPU ms per rollout), measured with `gc.callbacks`. "

@@ -674,3 +674,26 @@ def test_a_profile_keeps_the_collector_apart_from_the_servers(whole_run: ModuleT
     servers_part, collector_part = text.split("#### The collector")
     assert "`plan.py:work`" in collector_part and "`plan.py:work`" not in servers_part
     assert "| mcqa |" in servers_part
+
+
+def test_the_collector_s_calls_are_counted_full_against_contrib(whole_run: ModuleType, tmp_path: Path) -> None:
+    collector = ["/venv/bin/python", "/venv/bin/gym", "eval", "run", "+ray_head_node_address=127.0.0.1:1"]
+    server = ["/venv/bin/python", "app.py"]
+    for name, package_calls in (("contrib", 0), ("full", 40)):
+        (tmp_path / name).mkdir()
+        _profiled_process(tmp_path / name, 1, collector, "/w", "/venv/site-packages/aiohttp/client.py", 200)
+        _profiled_process(tmp_path / name, 2, server, "/g/mcqa", "/venv/site-packages/aiohttp/web.py", 900)
+        if package_calls:
+            _profiled_process(tmp_path / name, 3, collector, "/w", "/work/main/gym_instrument/roles.py", package_calls)
+    profiles = [
+        whole_run.read_profiles(tmp_path / name, name, 10, part)
+        for name in ("contrib", "full")
+        for part in ("servers", "collector")
+    ]
+    collector_part = "\n".join(whole_run.profile_lines(profiles)).split("#### The collector")[1]
+    package = "gym_instrument (the package's own code)"
+    # Per 10 rollouts: each `work` call also calls the builtin `sum`, and each profile ends in one call of
+    # `disable`. contrib's collector: 200 + 200 + 1 = 401 calls (the server's 1801 are not the collector's); full's
+    # extra process: 40 + 40 + 1, of which the 40 `work` calls are the package's.
+    assert f"| {package} | 0.0 | 4.0 | +4.0 | +9.98% |" in collector_part
+    assert "| **all** | 40.1 | 48.2 | +8.1 | +20.20% |" in collector_part
