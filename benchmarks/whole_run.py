@@ -1492,6 +1492,23 @@ def _package_lines(full: Profile | None, where: str) -> list[str]:
     return lines
 
 
+def _split_extra(full: dict[str, float], contrib: dict[str, float]) -> tuple[float, float, float, float, float]:
+    """full - contrib of a profile's figures by place, in the parts both breakdowns name: the package's own code
+    and wrapt, propagation, OpenTelemetry's work on the extra spans, the metrics SDK, and the rest (the host's code)."""
+
+    def extra(*prefixes: str) -> float:
+        return sum(full.get(c, 0.0) - contrib.get(c, 0.0) for c, _ in CATEGORIES if c.startswith(prefixes))
+
+    spans = extra("SDK span", "export", "attribute", "context", "OpenTelemetry API", "FastAPI", "aiohttp")
+    return (
+        extra("gym_instrument", "wrapt"),
+        extra("propagation"),
+        spans,
+        extra("SDK metrics"),
+        full.get(OTHER, 0.0) - contrib.get(OTHER, 0.0),
+    )
+
+
 def collector_lines(profiles: list[Profile]) -> list[str]:
     """The collector's profile (``gym eval run``, profiled from its start, imports included, to its exit)."""
     by_name = {p.configuration: p for p in profiles}
@@ -1508,7 +1525,21 @@ def collector_lines(profiles: list[Profile]) -> list[str]:
         *_category_rows(by_name, names),
         *_calls_rows(by_name, names, "the collector"),
     ]
-    return lines + _package_lines(by_name.get("full"), "the collector")
+    full, contrib = by_name.get("full"), by_name.get("contrib")
+    if full is not None and contrib is not None and full.calls_by_category and contrib.calls_by_category:
+        total = sum(full.calls_by_category.values()) - sum(contrib.calls_by_category.values())
+        parts = _split_extra(full.calls_by_category, contrib.calls_by_category)
+        of = sum(contrib.calls_by_category.values())
+        own, propagation, spans, metrics, rest = (f"{part:+.1f} ({part / of:+.2%})" for part in parts)
+        lines += [
+            "",
+            f"**Breakdown of the collector's share, by calls** (full - contrib = {total:+.1f} Python calls per rollout, "
+            f"{total / of:+.2%} of contrib's): OpenTelemetry's work on the extra spans (the dispatch and health spans "
+            f"made, their attributes cleaned, processed, exported) {spans}; the package's own code and wrapt {own}; "
+            f"baggage propagation {propagation}; the reward counter {metrics}; code outside the package and "
+            f"OpenTelemetry (NeMo Gym, aiohttp, the standard library) {rest}.",
+        ]
+    return lines + _package_lines(full, "the collector")
 
 
 def profile_lines(profiles: list[Profile]) -> list[str]:
@@ -1544,7 +1575,6 @@ def _calls_rows(by_name: dict[str, Profile], names: list[str], where: str) -> li
 
 def _servers_lines(profiles: list[Profile]) -> list[str]:
     by_name = {p.configuration: p for p in profiles}
-    categories = [c for c, _ in CATEGORIES] + [OTHER]
     names = [n for n in CONFIGURATIONS if n in by_name]
     lines = [
         "### Where the servers' and the collector's CPU goes (yappi, one collection per configuration)",
@@ -1580,15 +1610,7 @@ def _servers_lines(profiles: list[Profile]) -> list[str]:
     if "full" in by_name and "contrib" in by_name and full_total != contrib_total:
         full, contrib = by_name["full"].by_category, by_name["contrib"].by_category
         total = full_total - contrib_total
-
-        def diff(*prefixes: str) -> float:
-            return sum(full.get(c, 0.0) - contrib.get(c, 0.0) for c in categories if c.startswith(prefixes))
-
-        own = diff("gym_instrument", "wrapt")
-        propagation = diff("propagation")
-        spans = diff("SDK span", "export", "attribute", "context", "OpenTelemetry API", "FastAPI", "aiohttp")
-        metrics = diff("SDK metrics")
-        rest = total - own - propagation - spans - metrics
+        own, propagation, spans, metrics, rest = _split_extra(full, contrib)
 
         def share(part: float) -> str:  # a part's share of the whole: only when the whole is a cost
             return f"{part / total:.0%}: " if total > 0 else ""

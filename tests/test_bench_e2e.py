@@ -697,3 +697,22 @@ def test_the_collector_s_calls_are_counted_full_against_contrib(whole_run: Modul
     # extra process: 40 + 40 + 1, of which the 40 `work` calls are the package's.
     assert f"| {package} | 0.0 | 4.0 | +4.0 | +9.98% |" in collector_part
     assert "| **all** | 40.1 | 48.2 | +8.1 | +20.20% |" in collector_part
+
+
+def test_the_collector_s_breakdown_splits_its_extra_calls_by_whose_work_they_are(
+    whole_run: ModuleType, tmp_path: Path
+) -> None:
+    collector = ["/venv/bin/python", "/venv/bin/gym", "eval", "run"]
+    places = {"sdk": "/venv/site-packages/opentelemetry/sdk/trace/x.py", "ours": "/work/main/gym_instrument/roles.py"}
+    for name, calls in (("contrib", {"sdk": 30}), ("full", {"sdk": 90, "ours": 20})):
+        (tmp_path / name).mkdir()
+        for pid, (place, count) in enumerate(calls.items(), start=1):
+            _profiled_process(tmp_path / name, pid, collector, "/w", places[place], count)
+    profiles = [whole_run.read_profiles(tmp_path / name, name, 10, "collector") for name in ("contrib", "full")]
+    text = "\n".join(whole_run.collector_lines(profiles))
+    # Per 10 rollouts, each `work` call also calls the builtin `sum` (the host's share) and each profile one
+    # `disable`: contrib 30 + 30 + 1 = 61 calls; full 90 + 90 + 1 + 20 + 20 + 1 = 222, 161 more (+263.93%),
+    # 6 more span calls per rollout (+98.36%), the package's 2 (+32.79%), the rest 8.1 (+132.79%).
+    assert "full - contrib = +16.1 Python calls per rollout, +263.93% of contrib's" in text
+    assert "exported) +6.0 (+98.36%); the package's own code and wrapt +2.0 (+32.79%);" in text
+    assert "the standard library) +8.1 (+132.79%)." in text
