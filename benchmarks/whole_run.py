@@ -632,16 +632,25 @@ def blocks_of(rounds: int, blocks: int) -> list[list[int]]:
     return [[n for n in range(1, rounds + 1) if (n - 1) * count // rounds == b] for b in range(count)]
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What every collection of a block of rounds shares: the tasks, the workload, and the run markers of
+    every configuration of the block (whose processes' CPU is read)."""
+
+    tasks_path: Path
+    workload: Workload
+    markers: frozenset[str]
+
+
 def collect(
     configs: Sequence[Configuration],
     round_label: str,
     round_number: int,
-    tasks_path: Path,
-    workload: Workload,
-    markers: set[str],
+    shared: Shared,
 ) -> list[Collection]:
     """One collection of each of ``configs``, their collectors started at the same moment (one after
     the other, in order, a few milliseconds apart): one configuration alone, or all of them together."""
+    tasks_path, workload, markers = shared.tasks_path, shared.workload, set(shared.markers)
     bin_dir = RELEASE.venv / "bin"
     commands = []
     for config in configs:
@@ -792,9 +801,7 @@ def collect_running(
     configs: Sequence[Configuration],
     round_label: str,
     round_number: int,
-    tasks_path: Path,
-    workload: Workload,
-    markers: set[str],
+    shared: Shared,
     profile_dir: Path | None = None,
     profiles: list[Profile] | None = None,
 ) -> list[Collection]:
@@ -808,7 +815,7 @@ def collect_running(
             for config in configs:
                 (profile_dir / config.name / "start").touch()
             time.sleep(0.5)
-        collections = collect(configs, round_label, round_number, tasks_path, workload, markers)
+        collections = collect(configs, round_label, round_number, shared)
         if profile_dir is not None and profiles is not None:
             for config, collection in zip(configs, collections, strict=True):
                 (profile_dir / config.name / "stop").touch()  # each server writes <pid>.pstat, then <pid>.json
@@ -1742,14 +1749,14 @@ def run(options: argparse.Namespace) -> int:
                 for name in names:
                     work = WORK / name if workload.blocks == 1 else WORK / f"block-{block}" / name
                     start_configuration(name, work, venv_python, scratch, tasks_path, profile_dir, configs)
-                markers = {config.marker for config in configs.values()}
+                shared = Shared(tasks_path, workload, frozenset(config.marker for config in configs.values()))
                 time.sleep(SETTLE_SECONDS)  # the servers' start-up spans are sent before their processes stop
                 for config in configs.values():
                     freeze(config.marker)  # each runs only for its own collections (THAW_SECONDS)
 
                 if workload.warmup:
                     for slot in slots(configs, names, workload.together):
-                        collect_running(slot, "warm-up", 0, tasks_path, workload, markers)
+                        collect_running(slot, "warm-up", 0, shared)
                 for number in numbers:
                     order = orders[number - 1]
                     log(f"round {number}: {(' + ' if workload.together else ', ').join(order)}")
@@ -1757,9 +1764,7 @@ def run(options: argparse.Namespace) -> int:
                         for config in slot:
                             config.span_offsets.append(config.spans_path.stat().st_size)
                         label = f"round-{number}"
-                        for collection in collect_running(
-                            slot, label, number, tasks_path, workload, markers, profile_dir, profiles
-                        ):
+                        for collection in collect_running(slot, label, number, shared, profile_dir, profiles):
                             collection.block = block
                             collections.append(collection)
                             if collection.configuration == "full" and priced is None:

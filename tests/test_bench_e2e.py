@@ -699,9 +699,7 @@ def test_the_collector_s_calls_are_counted_full_against_contrib(whole_run: Modul
     assert "| **all** | 40.1 | 48.2 | +8.1 | +20.20% |" in collector_part
 
 
-def test_the_collector_s_breakdown_splits_its_extra_calls_by_whose_work_they_are(
-    whole_run: ModuleType, tmp_path: Path
-) -> None:
+def test_the_collector_s_breakdown_splits_its_extra_calls_by_whose_work_they_are(whole_run: ModuleType, tmp_path: Path) -> None:
     collector = ["/venv/bin/python", "/venv/bin/gym", "eval", "run"]
     places = {"sdk": "/venv/site-packages/opentelemetry/sdk/trace/x.py", "ours": "/work/main/gym_instrument/roles.py"}
     for name, calls in (("contrib", {"sdk": 30}), ("full", {"sdk": 90, "ours": 20})):
