@@ -1543,7 +1543,7 @@ def collector_lines(profiles: list[Profile]) -> list[str]:
             f"**Breakdown of the collector's share, by calls** (full - contrib = {total:+.1f} Python calls per rollout, "
             f"{total / of:+.2%} of contrib's): OpenTelemetry's work on the extra spans (the dispatch and health spans "
             f"made, their attributes cleaned, processed, exported) {spans}; the package's own code and wrapt {own}; "
-            f"baggage propagation {propagation}; the reward counter {metrics}; code outside the package and "
+            f"baggage propagation {propagation}; the package's counters {metrics}; code outside the package and "
             f"OpenTelemetry (NeMo Gym, aiohttp, the standard library) {rest}.",
         ]
     return lines + _package_lines(full, "the collector")
