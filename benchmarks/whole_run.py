@@ -85,7 +85,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,7 +222,7 @@ class ProcessCPU:
     ticks: int  # own + reaped children's
 
 
-def snapshot(markers: set[str]) -> dict[tuple[int, int], ProcessCPU]:
+def snapshot(markers: Set[str]) -> dict[tuple[int, int], ProcessCPU]:
     """Every live process of a run, keyed by (pid, start time): one whose environment carries a run
     marker, or whose parent's (or parent's parent's...) does. A process that rewrites its title can
     overwrite its environment as /proc shows it (Ray's ``ray::DashboardAgent`` sometimes does): without
@@ -650,7 +650,7 @@ def collect(
 ) -> list[Collection]:
     """One collection of each of ``configs``, their collectors started at the same moment (one after
     the other, in order, a few milliseconds apart): one configuration alone, or all of them together."""
-    tasks_path, workload, markers = shared.tasks_path, shared.workload, set(shared.markers)
+    tasks_path, workload, markers = shared.tasks_path, shared.workload, shared.markers
     bin_dir = RELEASE.venv / "bin"
     commands = []
     for config in configs:
@@ -1534,9 +1534,9 @@ def collector_lines(profiles: list[Profile]) -> list[str]:
     ]
     full, contrib = by_name.get("full"), by_name.get("contrib")
     if full is not None and contrib is not None and full.calls_by_category and contrib.calls_by_category:
-        total = sum(full.calls_by_category.values()) - sum(contrib.calls_by_category.values())
-        parts = _split_extra(full.calls_by_category, contrib.calls_by_category)
         of = sum(contrib.calls_by_category.values())
+        total = sum(full.calls_by_category.values()) - of
+        parts = _split_extra(full.calls_by_category, contrib.calls_by_category)
         own, propagation, spans, metrics, rest = (f"{part:+.1f} ({part / of:+.2%})" for part in parts)
         lines += [
             "",
