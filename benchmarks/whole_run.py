@@ -113,7 +113,7 @@ from processes import (  # noqa: E402
 from releases import RELEASES  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from sections import WHOLE_RUN, WHOLE_RUN_PROFILE, WHOLE_RUN_TOGETHER, code_version  # noqa: E402
+from sections import WHOLE_RUN, WHOLE_RUN_NO_BAGGAGE, WHOLE_RUN_PROFILE, WHOLE_RUN_TOGETHER, code_version  # noqa: E402
 
 
 def _load_e2e_run() -> Any:
@@ -154,6 +154,7 @@ STOP_TIMEOUT_SECONDS = 10.0  # SIGSTOP takes effect as each thread next runs: at
 TIMEOUT_SERVERS_READY = 300
 TIMEOUT_COLLECTION = 900
 BUSY_SAMPLE_SECONDS = 3.0
+NO_BAGGAGE = ("OTEL_PYTHON_GYM_BAGGAGE", "false")  # full's variant with --no-baggage
 GOAL = 1.02  # issue 14: full / contrib, wall time and CPU of all processes, median over rounds
 BOOTSTRAP_RESAMPLES = 4000
 SPEED_SAMPLES = "speed.txt"  # benchmarks/speed_probe.py's samples, in WORK
@@ -171,6 +172,7 @@ class Workload:
     warmup: bool = True
     blocks: int = 1  # the rounds in this many blocks, each with every configuration started afresh
     together: bool = False  # every configuration of a round collects at the same moment, not one after another
+    baggage: bool = True  # False: full keeps the rollout id in-process (OTEL_PYTHON_GYM_BAGGAGE=false), a variant run
 
     @property
     def rollouts(self) -> int:
@@ -436,7 +438,9 @@ class Configuration:
         return ["+observability_enabled=true", f"+model_call_capture_dir={self.capture_dir}"]
 
 
-def configuration_env(name: str, base: dict[str, str]) -> dict[str, str]:
+def configuration_env(name: str, base: dict[str, str], baggage: bool = True) -> dict[str, str]:
+    """The environment of a configuration's processes; ``baggage=False`` gives full the setting that keeps the
+    rollout id in-process (what the baggage on every downstream hop costs is full - that variant)."""
     env = dict(base)
     # The SDK's own export settings (the e2e shortens them to see spans quickly; a user has these).
     for variable in ("OTEL_BSP_SCHEDULE_DELAY", "OTEL_METRIC_EXPORT_INTERVAL"):
@@ -445,6 +449,8 @@ def configuration_env(name: str, base: dict[str, str]) -> dict[str, str]:
         env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
     elif name == "contrib":
         env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "gym"
+    elif not baggage:
+        env[NO_BAGGAGE[0]] = NO_BAGGAGE[1]
     return env
 
 
@@ -456,13 +462,14 @@ def start_configuration(
     tasks_path: Path,
     profile_dir: Path | None,
     started: dict[str, Configuration],
+    baggage: bool = True,
 ) -> Configuration:
     """Start the configuration's receiver, model and servers, its files in `work`; it is in `started`
     before its first process."""
     marker = uuid.uuid4().hex
     work.mkdir(parents=True)
     receiver_port = free_port()
-    env = configuration_env(name, e2e_run.base_env(RELEASE.venv, marker, receiver_port, scratch))
+    env = configuration_env(name, e2e_run.base_env(RELEASE.venv, marker, receiver_port, scratch), baggage)
     if profile_dir is not None:
         env["GYM_BENCH_PROFILE_DIR"] = str(profile_dir / name)
         env["GYM_BENCH_PROFILE_MATCH"] = "app.py,eval run"  # the Gym servers and the collector
@@ -1182,7 +1189,8 @@ def report(
     what = {
         "none": "plain `gym`, no launcher",
         "contrib": "`opentelemetry-instrument`, `OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym`",
-        "full": "`opentelemetry-instrument` with this package's preset",
+        "full": "`opentelemetry-instrument` with this package's preset"
+        + ("" if workload.baggage else f", `{NO_BAGGAGE[0]}={NO_BAGGAGE[1]}` (the rollout id kept in-process)"),
     }
     previous = {"contrib": "none", "full": "contrib"}
     for name in CONFIGURATIONS:
@@ -1242,6 +1250,17 @@ def together_heading(text: str) -> str:
     """A --together run's report as the section beside the alone run's: its own heading and command."""
     text = text.replace("## A whole real run", "### Together: a whole real run", 1)
     return text.replace("`make bench-e2e` (", "`make bench-e2e BENCH_E2E_ARGS=--together` (", 1)
+
+
+def no_baggage_heading(text: str, workload: Workload) -> str:
+    """A --no-baggage run's report as a section of its own: what full stands for in it, and its command."""
+    arguments = "--together --no-baggage" if workload.together else "--no-baggage"
+    text = text.replace(
+        "## A whole real run: NeMo Gym 0.7.0 end to end",
+        f"### Baggage kept in-process: full with `{NO_BAGGAGE[0]}={NO_BAGGAGE[1]}`",
+        1,
+    )
+    return text.replace("`make bench-e2e` (", f"`make bench-e2e BENCH_E2E_ARGS='{arguments}'` (", 1)
 
 
 def slotting(workload: Workload) -> str:
@@ -1698,6 +1717,7 @@ def run(options: argparse.Namespace) -> int:
         warmup=workload.warmup if options.warmup is None else options.warmup,
         blocks=options.blocks or workload.blocks,
         together=options.together,
+        baggage=options.baggage,
     )
     if options.profile:
         workload = Workload(workload.tasks, workload.repeats, workload.concurrency, rounds=1, warmup=workload.warmup)
@@ -1748,7 +1768,7 @@ def run(options: argparse.Namespace) -> int:
             try:
                 for name in names:
                     work = WORK / name if workload.blocks == 1 else WORK / f"block-{block}" / name
-                    start_configuration(name, work, venv_python, scratch, tasks_path, profile_dir, configs)
+                    start_configuration(name, work, venv_python, scratch, tasks_path, profile_dir, configs, workload.baggage)
                 shared = Shared(tasks_path, workload, frozenset(config.marker for config in configs.values()))
                 time.sleep(SETTLE_SECONDS)  # the servers' start-up spans are sent before their processes stop
                 for config in configs.values():
@@ -1808,6 +1828,8 @@ def run(options: argparse.Namespace) -> int:
         # A profiled run's timings are yappi's: only its breakdown goes into RESULTS.md, in a section of its own.
         if options.profile:
             WHOLE_RUN_PROFILE.write(options.output, "\n".join([*profile_lines(profiles), "", *header]))
+        elif not workload.baggage:  # a variant of full: the default runs' sections stay as they are
+            WHOLE_RUN_NO_BAGGAGE.write(options.output, no_baggage_heading(text, workload), before=WHOLE_RUN_PROFILE)
         elif workload.together:  # its own section: the alone run's stays beside it
             WHOLE_RUN_TOGETHER.write(options.output, together_heading(text), before=WHOLE_RUN_PROFILE)
         else:
@@ -1833,6 +1855,12 @@ def main(argv: list[str] | None = None) -> int:
         "--together",
         action="store_true",
         help="every configuration of a round collects at the same moment: the machine's changing speed hits all alike",
+    )
+    parser.add_argument(
+        "--baggage",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"--no-baggage: full runs with {NO_BAGGAGE[0]}={NO_BAGGAGE[1]}, a section of its own in RESULTS.md",
     )
     parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="one untimed collection each first")
     parser.add_argument("--configurations", default=",".join(CONFIGURATIONS), help="comma-separated subset of none,contrib,full")

@@ -714,3 +714,29 @@ def test_the_collector_s_breakdown_splits_its_extra_calls_by_whose_work_they_are
     assert "full - contrib = +16.1 Python calls per rollout, +263.93% of contrib's" in text
     assert "exported) +6.0 (+98.36%); the package's own code and wrapt +2.0 (+32.79%);" in text
     assert "the standard library) +8.1 (+132.79%)." in text
+
+
+def test_a_no_baggage_run_turns_the_baggage_off_in_full_alone_and_writes_its_own_section(
+    whole_run: ModuleType, tmp_path: Path
+) -> None:
+    from gym_instrument.config import GymConfig
+
+    base = {"OTEL_SERVICE_NAME": "x", "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    read = {
+        (name, baggage): GymConfig.resolve({}, environ=whole_run.configuration_env(name, base, baggage))
+        for name in ("contrib", "full")
+        for baggage in (True, False)
+    }
+    assert read["full", True].baggage and read["contrib", False].baggage and read["contrib", True].baggage
+    assert not read["full", False].baggage  # what the package itself reads from full's environment
+    assert "OTEL_PYTHON_GYM_BAGGAGE" not in whole_run.configuration_env("none", base, False)
+
+    results = tmp_path / "RESULTS.md"
+    whole_run.WHOLE_RUN_TOGETHER.write(results, "### Together: a whole real run: default\n\n`make bench-e2e` (z)")
+    variant = whole_run.Workload(tasks=1, repeats=1, concurrency=1, rounds=1, together=True, baggage=False)
+    body = "## A whole real run: NeMo Gym 0.7.0 end to end\n\n`make bench-e2e` (y)"
+    whole_run.WHOLE_RUN_NO_BAGGAGE.write(results, whole_run.no_baggage_heading(body, variant))
+    text = results.read_text()
+    assert "### Together: a whole real run: default" in text  # the default run's section stays
+    assert "### Baggage kept in-process: full with `OTEL_PYTHON_GYM_BAGGAGE=false`" in text
+    assert "`make bench-e2e BENCH_E2E_ARGS='--together --no-baggage'` (y)" in text
