@@ -113,7 +113,15 @@ from processes import (  # noqa: E402
 from releases import RELEASES  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from sections import WHOLE_RUN, WHOLE_RUN_NO_BAGGAGE, WHOLE_RUN_PROFILE, WHOLE_RUN_TOGETHER, code_version  # noqa: E402
+from sections import (  # noqa: E402
+    WHOLE_RUN,
+    WHOLE_RUN_DROP_OURS,
+    WHOLE_RUN_NO_BAGGAGE,
+    WHOLE_RUN_PROFILE,
+    WHOLE_RUN_TOGETHER,
+    Section,
+    code_version,
+)
 
 
 def _load_e2e_run() -> Any:
@@ -154,7 +162,44 @@ STOP_TIMEOUT_SECONDS = 10.0  # SIGSTOP takes effect as each thread next runs: at
 TIMEOUT_SERVERS_READY = 300
 TIMEOUT_COLLECTION = 900
 BUSY_SAMPLE_SECONDS = 3.0
-NO_BAGGAGE = ("OTEL_PYTHON_GYM_BAGGAGE", "false")  # full's variant with --no-baggage
+
+SAMPLER_MODULE = "gym_bench_drop_ours"  # benchmarks/drop_ours_sampler.py in the venv, for --drop-ours
+SAMPLER_DIST = f"{SAMPLER_MODULE}-0.dist-info"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A diagnostic run in which full's processes get these variables (issue 14's point 3: a part of the
+    cost measured apart); its report goes into a section of its own, the default runs' stay as they are."""
+
+    flag: str  # on the command line, --<flag>
+    env: tuple[tuple[str, str], ...]
+    what: str  # added to full's "what runs" cell
+    heading: str
+    section: Section
+    sampler: bool = False  # needs drop_ours_sampler.py's entry point in the venv
+
+
+VARIANTS = {
+    variant.flag: variant
+    for variant in (
+        Variant(
+            "no-baggage",
+            (("OTEL_PYTHON_GYM_BAGGAGE", "false"),),
+            "`OTEL_PYTHON_GYM_BAGGAGE=false` (the rollout id kept in-process)",
+            "Baggage kept in-process: full with `OTEL_PYTHON_GYM_BAGGAGE=false`",
+            WHOLE_RUN_NO_BAGGAGE,
+        ),
+        Variant(
+            "drop-ours",
+            (("OTEL_TRACES_SAMPLER", SAMPLER_MODULE),),
+            "the SDK dropping the package's spans (`benchmarks/drop_ours_sampler.py`)",
+            "The package's spans dropped by the SDK: its own work apart from OpenTelemetry's",
+            WHOLE_RUN_DROP_OURS,
+            sampler=True,
+        ),
+    )
+}
 GOAL = 1.02  # issue 14: full / contrib, wall time and CPU of all processes, median over rounds
 BOOTSTRAP_RESAMPLES = 4000
 SPEED_SAMPLES = "speed.txt"  # benchmarks/speed_probe.py's samples, in WORK
@@ -172,7 +217,7 @@ class Workload:
     warmup: bool = True
     blocks: int = 1  # the rounds in this many blocks, each with every configuration started afresh
     together: bool = False  # every configuration of a round collects at the same moment, not one after another
-    baggage: bool = True  # False: full keeps the rollout id in-process (OTEL_PYTHON_GYM_BAGGAGE=false), a variant run
+    variant: str | None = None  # a key of VARIANTS: full's processes get its variables
 
     @property
     def rollouts(self) -> int:
@@ -438,9 +483,8 @@ class Configuration:
         return ["+observability_enabled=true", f"+model_call_capture_dir={self.capture_dir}"]
 
 
-def configuration_env(name: str, base: dict[str, str], baggage: bool = True) -> dict[str, str]:
-    """The environment of a configuration's processes; ``baggage=False`` gives full the setting that keeps the
-    rollout id in-process (what the baggage on every downstream hop costs is full - that variant)."""
+def configuration_env(name: str, base: dict[str, str], variant: str | None = None) -> dict[str, str]:
+    """The environment of a configuration's processes; a variant's variables go to full's alone."""
     env = dict(base)
     # The SDK's own export settings (the e2e shortens them to see spans quickly; a user has these).
     for variable in ("OTEL_BSP_SCHEDULE_DELAY", "OTEL_METRIC_EXPORT_INTERVAL"):
@@ -449,8 +493,8 @@ def configuration_env(name: str, base: dict[str, str], baggage: bool = True) -> 
         env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
     elif name == "contrib":
         env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "gym"
-    elif not baggage:
-        env[NO_BAGGAGE[0]] = NO_BAGGAGE[1]
+    elif variant is not None:
+        env.update(VARIANTS[variant].env)
     return env
 
 
@@ -462,14 +506,14 @@ def start_configuration(
     tasks_path: Path,
     profile_dir: Path | None,
     started: dict[str, Configuration],
-    baggage: bool = True,
+    variant: str | None = None,
 ) -> Configuration:
     """Start the configuration's receiver, model and servers, its files in `work`; it is in `started`
     before its first process."""
     marker = uuid.uuid4().hex
     work.mkdir(parents=True)
     receiver_port = free_port()
-    env = configuration_env(name, e2e_run.base_env(RELEASE.venv, marker, receiver_port, scratch), baggage)
+    env = configuration_env(name, e2e_run.base_env(RELEASE.venv, marker, receiver_port, scratch), variant)
     if profile_dir is not None:
         env["GYM_BENCH_PROFILE_DIR"] = str(profile_dir / name)
         env["GYM_BENCH_PROFILE_MATCH"] = "app.py,eval run"  # the Gym servers and the collector
@@ -910,6 +954,21 @@ def install_hook(module: str, source: str) -> Path:
     return site
 
 
+def install_sampler(site: Path) -> None:
+    """``drop_ours_sampler.py`` in ``site`` with the ``opentelemetry_traces_sampler`` entry point the SDK
+    looks up for ``OTEL_TRACES_SAMPLER=gym_bench_drop_ours``."""
+    shutil.copy(HERE / "drop_ours_sampler.py", site / f"{SAMPLER_MODULE}.py")
+    dist = site / SAMPLER_DIST
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {SAMPLER_MODULE}\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text(f"[opentelemetry_traces_sampler]\n{SAMPLER_MODULE} = {SAMPLER_MODULE}:sampler\n")
+
+
+def remove_sampler(site: Path) -> None:
+    shutil.rmtree(site / SAMPLER_DIST, ignore_errors=True)
+    (site / f"{SAMPLER_MODULE}.py").unlink(missing_ok=True)
+
+
 def remove_hook(module: str) -> None:
     site = e2e_run.site_packages(RELEASE.venv / "bin" / "python")
     for path in (site / f"{module}.pth", site / f"{module}.py"):
@@ -1190,7 +1249,7 @@ def report(
         "none": "plain `gym`, no launcher",
         "contrib": "`opentelemetry-instrument`, `OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym`",
         "full": "`opentelemetry-instrument` with this package's preset"
-        + ("" if workload.baggage else f", `{NO_BAGGAGE[0]}={NO_BAGGAGE[1]}` (the rollout id kept in-process)"),
+        + ("" if workload.variant is None else f", {VARIANTS[workload.variant].what}"),
     }
     previous = {"contrib": "none", "full": "contrib"}
     for name in CONFIGURATIONS:
@@ -1252,14 +1311,11 @@ def together_heading(text: str) -> str:
     return text.replace("`make bench-e2e` (", "`make bench-e2e BENCH_E2E_ARGS=--together` (", 1)
 
 
-def no_baggage_heading(text: str, workload: Workload) -> str:
-    """A --no-baggage run's report as a section of its own: what full stands for in it, and its command."""
-    arguments = "--together --no-baggage" if workload.together else "--no-baggage"
-    text = text.replace(
-        "## A whole real run: NeMo Gym 0.7.0 end to end",
-        f"### Baggage kept in-process: full with `{NO_BAGGAGE[0]}={NO_BAGGAGE[1]}`",
-        1,
-    )
+def variant_heading(text: str, workload: Workload) -> str:
+    """A variant run's report as a section of its own: what full stands for in it, and its command."""
+    variant = VARIANTS[workload.variant]  # type: ignore[index]
+    arguments = f"--together --{variant.flag}" if workload.together else f"--{variant.flag}"
+    text = text.replace("## A whole real run: NeMo Gym 0.7.0 end to end", f"### {variant.heading}", 1)
     return text.replace("`make bench-e2e` (", f"`make bench-e2e BENCH_E2E_ARGS='{arguments}'` (", 1)
 
 
@@ -1717,7 +1773,7 @@ def run(options: argparse.Namespace) -> int:
         warmup=workload.warmup if options.warmup is None else options.warmup,
         blocks=options.blocks or workload.blocks,
         together=options.together,
-        baggage=options.baggage,
+        variant=options.variant,
     )
     if options.profile:
         workload = Workload(workload.tasks, workload.repeats, workload.concurrency, rounds=1, warmup=workload.warmup)
@@ -1752,6 +1808,8 @@ def run(options: argparse.Namespace) -> int:
     if profile_dir is not None:
         install_hook(PROFILE_HOOK, "profile_hook.py")
     install_hook(GC_HOOK, "gc_hook.py")
+    if workload.variant is not None and VARIANTS[workload.variant].sampler:
+        install_sampler(e2e_run.site_packages(venv_python))
     header = machine_lines(busy_at_start, busy)
     collections: list[Collection] = []
     profiles: list[Profile] = []
@@ -1768,7 +1826,7 @@ def run(options: argparse.Namespace) -> int:
             try:
                 for name in names:
                     work = WORK / name if workload.blocks == 1 else WORK / f"block-{block}" / name
-                    start_configuration(name, work, venv_python, scratch, tasks_path, profile_dir, configs, workload.baggage)
+                    start_configuration(name, work, venv_python, scratch, tasks_path, profile_dir, configs, workload.variant)
                 shared = Shared(tasks_path, workload, frozenset(config.marker for config in configs.values()))
                 time.sleep(SETTLE_SECONDS)  # the servers' start-up spans are sent before their processes stop
                 for config in configs.values():
@@ -1809,10 +1867,11 @@ def run(options: argparse.Namespace) -> int:
         if profile_dir is not None:
             remove_hook(PROFILE_HOOK)
         remove_hook(GC_HOOK)
+        remove_sampler(e2e_run.site_packages(venv_python))
         scratch.remove()
 
     price = None
-    if not options.profile and priced is not None:
+    if not options.profile and priced is not None and not (workload.variant and VARIANTS[workload.variant].sampler):
         price = span_price(venv_python, *priced, options.quick)
     busy_during = any(c.others > options.max_busy for c in collections)
     text = report(
@@ -1828,8 +1887,8 @@ def run(options: argparse.Namespace) -> int:
         # A profiled run's timings are yappi's: only its breakdown goes into RESULTS.md, in a section of its own.
         if options.profile:
             WHOLE_RUN_PROFILE.write(options.output, "\n".join([*profile_lines(profiles), "", *header]))
-        elif not workload.baggage:  # a variant of full: the default runs' sections stay as they are
-            WHOLE_RUN_NO_BAGGAGE.write(options.output, no_baggage_heading(text, workload), before=WHOLE_RUN_PROFILE)
+        elif workload.variant is not None:  # a variant of full: the default runs' sections stay as they are
+            VARIANTS[workload.variant].section.write(options.output, variant_heading(text, workload), before=WHOLE_RUN_PROFILE)
         elif workload.together:  # its own section: the alone run's stays beside it
             WHOLE_RUN_TOGETHER.write(options.output, together_heading(text), before=WHOLE_RUN_PROFILE)
         else:
@@ -1856,12 +1915,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="every configuration of a round collects at the same moment: the machine's changing speed hits all alike",
     )
-    parser.add_argument(
-        "--baggage",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help=f"--no-baggage: full runs with {NO_BAGGAGE[0]}={NO_BAGGAGE[1]}, a section of its own in RESULTS.md",
-    )
+    variants = parser.add_mutually_exclusive_group()
+    for variant in VARIANTS.values():
+        variants.add_argument(
+            f"--{variant.flag}",
+            dest="variant",
+            action="store_const",
+            const=variant.flag,
+            help=f"full with {variant.what}; a section of its own in RESULTS.md",
+        )
     parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="one untimed collection each first")
     parser.add_argument("--configurations", default=",".join(CONFIGURATIONS), help="comma-separated subset of none,contrib,full")
     parser.add_argument("--profile", action="store_true", help="yappi in every Gym server for one round; adds the breakdown")

@@ -716,27 +716,64 @@ def test_the_collector_s_breakdown_splits_its_extra_calls_by_whose_work_they_are
     assert "the standard library) +8.1 (+132.79%)." in text
 
 
-def test_a_no_baggage_run_turns_the_baggage_off_in_full_alone_and_writes_its_own_section(
-    whole_run: ModuleType, tmp_path: Path
-) -> None:
+def test_a_variant_run_sets_its_variables_in_full_alone_and_writes_its_own_section(whole_run: ModuleType, tmp_path: Path) -> None:
     from gym_instrument.config import GymConfig
 
     base = {"OTEL_SERVICE_NAME": "x", "OTEL_BSP_SCHEDULE_DELAY": "100"}
     read = {
-        (name, baggage): GymConfig.resolve({}, environ=whole_run.configuration_env(name, base, baggage))
+        (name, variant): GymConfig.resolve({}, environ=whole_run.configuration_env(name, base, variant))
         for name in ("contrib", "full")
-        for baggage in (True, False)
+        for variant in (None, "no-baggage")
     }
-    assert read["full", True].baggage and read["contrib", False].baggage and read["contrib", True].baggage
-    assert not read["full", False].baggage  # what the package itself reads from full's environment
-    assert "OTEL_PYTHON_GYM_BAGGAGE" not in whole_run.configuration_env("none", base, False)
+    assert read["full", None].baggage and read["contrib", "no-baggage"].baggage and read["contrib", None].baggage
+    assert not read["full", "no-baggage"].baggage  # what the package itself reads from full's environment
+    assert "OTEL_PYTHON_GYM_BAGGAGE" not in whole_run.configuration_env("none", base, "no-baggage")
+    assert whole_run.configuration_env("full", base, "drop-ours")["OTEL_TRACES_SAMPLER"] == whole_run.SAMPLER_MODULE
+    assert "OTEL_TRACES_SAMPLER" not in whole_run.configuration_env("contrib", base, "drop-ours")
 
     results = tmp_path / "RESULTS.md"
     whole_run.WHOLE_RUN_TOGETHER.write(results, "### Together: a whole real run: default\n\n`make bench-e2e` (z)")
-    variant = whole_run.Workload(tasks=1, repeats=1, concurrency=1, rounds=1, together=True, baggage=False)
     body = "## A whole real run: NeMo Gym 0.7.0 end to end\n\n`make bench-e2e` (y)"
-    whole_run.WHOLE_RUN_NO_BAGGAGE.write(results, whole_run.no_baggage_heading(body, variant))
+    for variant in whole_run.VARIANTS:
+        workload = whole_run.Workload(tasks=1, repeats=1, concurrency=1, rounds=1, together=True, variant=variant)
+        whole_run.VARIANTS[variant].section.write(results, whole_run.variant_heading(body, workload))
     text = results.read_text()
     assert "### Together: a whole real run: default" in text  # the default run's section stays
     assert "### Baggage kept in-process: full with `OTEL_PYTHON_GYM_BAGGAGE=false`" in text
     assert "`make bench-e2e BENCH_E2E_ARGS='--together --no-baggage'` (y)" in text
+    assert "`make bench-e2e BENCH_E2E_ARGS='--together --drop-ours'` (y)" in text
+
+
+def test_the_drop_ours_sampler_is_found_by_the_sdk_and_drops_only_the_package_s_spans(
+    whole_run: ModuleType, tmp_path: Path
+) -> None:
+    # Installed as the run installs it, in a folder of its own on a fresh interpreter's path; the SDK's
+    # configurator finds it by the name OTEL_TRACES_SAMPLER gives, and a real provider records with it.
+    site = tmp_path / "site"
+    site.mkdir()
+    whole_run.install_sampler(site)
+    code = f"""
+import sys
+sys.path.insert(0, {str(site)!r})
+from opentelemetry.sdk._configuration import _import_sampler
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry import trace
+
+provider = TracerProvider(sampler=_import_sampler({whole_run.SAMPLER_MODULE!r}))
+exporter = InMemorySpanExporter()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+tracer = provider.get_tracer("t")
+with tracer.start_as_current_span("gym.rollout.dispatch") as dispatch:
+    with tracer.start_as_current_span("POST") as post:
+        pass
+verify = tracer.start_span("gym.verify")
+verify.end()
+print(type(provider.sampler).__name__, dispatch.is_recording(), verify.is_recording())
+print(post.get_span_context().trace_flags.sampled, [s.name for s in exporter.get_finished_spans()])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.split("\n")[:2] == ["DropOurs False False", "True ['POST']"]
+    whole_run.remove_sampler(site)
+    assert list(site.iterdir()) == []
