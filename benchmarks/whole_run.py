@@ -965,8 +965,11 @@ def install_sampler(site: Path) -> None:
 
 
 def remove_sampler(site: Path) -> None:
+    """The sampler's files out of ``site`` again, the bytecode an interpreter cached of it included."""
     shutil.rmtree(site / SAMPLER_DIST, ignore_errors=True)
     (site / f"{SAMPLER_MODULE}.py").unlink(missing_ok=True)
+    for cached in (site / "__pycache__").glob(f"{SAMPLER_MODULE}.*.pyc"):
+        cached.unlink(missing_ok=True)
 
 
 def remove_hook(module: str) -> None:
