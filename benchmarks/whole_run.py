@@ -86,7 +86,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -945,13 +945,23 @@ def _short(filename: str) -> str:
     return filename.split(marker, 1)[1] if marker in filename else Path(filename).name
 
 
-def install_hook(module: str, source: str) -> Path:
-    """``benchmarks/<source>`` as ``<module>`` in the NeMo Gym venv, imported by every interpreter's start-up (a ``.pth``)."""
-    site = e2e_run.site_packages(RELEASE.venv / "bin" / "python")
+def _remove_module(site: Path, module: str) -> None:
+    """``<module>.py`` out of ``site``, with the bytecode an interpreter may have cached of it."""
+    (site / f"{module}.py").unlink(missing_ok=True)
+    for cached in (site / "__pycache__").glob(f"{module}.*.pyc"):
+        cached.unlink(missing_ok=True)
+
+
+def install_hook(site: Path, module: str, source: str) -> None:
+    """``benchmarks/<source>`` as ``<module>`` in the NeMo Gym venv's ``site``, imported by every interpreter's
+    start-up (a ``.pth``)."""
     shutil.copy(HERE / source, site / f"{module}.py")
-    pth = site / f"{module}.pth"
-    pth.write_text(f"import {module}\n")
-    return site
+    (site / f"{module}.pth").write_text(f"import {module}\n")
+
+
+def remove_hook(site: Path, module: str) -> None:
+    (site / f"{module}.pth").unlink(missing_ok=True)
+    _remove_module(site, module)
 
 
 def install_sampler(site: Path) -> None:
@@ -967,15 +977,7 @@ def install_sampler(site: Path) -> None:
 def remove_sampler(site: Path) -> None:
     """The sampler's files out of ``site`` again, the bytecode an interpreter cached of it included."""
     shutil.rmtree(site / SAMPLER_DIST, ignore_errors=True)
-    (site / f"{SAMPLER_MODULE}.py").unlink(missing_ok=True)
-    for cached in (site / "__pycache__").glob(f"{SAMPLER_MODULE}.*.pyc"):
-        cached.unlink(missing_ok=True)
-
-
-def remove_hook(module: str) -> None:
-    site = e2e_run.site_packages(RELEASE.venv / "bin" / "python")
-    for path in (site / f"{module}.pth", site / f"{module}.py"):
-        path.unlink(missing_ok=True)
+    _remove_module(site, SAMPLER_MODULE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1779,7 +1781,7 @@ def run(options: argparse.Namespace) -> int:
         variant=options.variant,
     )
     if options.profile:
-        workload = Workload(workload.tasks, workload.repeats, workload.concurrency, rounds=1, warmup=workload.warmup)
+        workload = replace(workload, rounds=1, blocks=1, together=False)  # the variant stays
         # (one configuration at a time: yappi's figures are compared between them)
     busy_at_start = others_cores()
     log(f"other processes use {busy_at_start:.2f} cores now (load average {os.getloadavg()[0]:.2f})")
@@ -1808,11 +1810,13 @@ def run(options: argparse.Namespace) -> int:
     scratch = e2e_run.Scratch(tmpdir, Path(tempfile.mkdtemp(prefix="gibench-")))  # Ray wants a short path
     tasks_path = write_tasks(WORK / "tasks.jsonl", workload.tasks)
     profile_dir = WORK / "profiles" if options.profile else None
+    site = e2e_run.site_packages(venv_python)  # (a subprocess: found once)
+    variant = VARIANTS[workload.variant] if workload.variant is not None else None
     if profile_dir is not None:
-        install_hook(PROFILE_HOOK, "profile_hook.py")
-    install_hook(GC_HOOK, "gc_hook.py")
-    if workload.variant is not None and VARIANTS[workload.variant].sampler:
-        install_sampler(e2e_run.site_packages(venv_python))
+        install_hook(site, PROFILE_HOOK, "profile_hook.py")
+    install_hook(site, GC_HOOK, "gc_hook.py")
+    if variant is not None and variant.sampler:
+        install_sampler(site)
     header = machine_lines(busy_at_start, busy)
     collections: list[Collection] = []
     profiles: list[Profile] = []
@@ -1868,13 +1872,13 @@ def run(options: argparse.Namespace) -> int:
     finally:
         probe_processes.interrupt(probe, 5)
         if profile_dir is not None:
-            remove_hook(PROFILE_HOOK)
-        remove_hook(GC_HOOK)
-        remove_sampler(e2e_run.site_packages(venv_python))
+            remove_hook(site, PROFILE_HOOK)
+        remove_hook(site, GC_HOOK)
+        remove_sampler(site)
         scratch.remove()
 
     price = None
-    if not options.profile and priced is not None and not (workload.variant and VARIANTS[workload.variant].sampler):
+    if not options.profile and priced is not None and not (variant is not None and variant.sampler):
         price = span_price(venv_python, *priced, options.quick)
     busy_during = any(c.others > options.max_busy for c in collections)
     text = report(
@@ -1890,8 +1894,8 @@ def run(options: argparse.Namespace) -> int:
         # A profiled run's timings are yappi's: only its breakdown goes into RESULTS.md, in a section of its own.
         if options.profile:
             WHOLE_RUN_PROFILE.write(options.output, "\n".join([*profile_lines(profiles), "", *header]))
-        elif workload.variant is not None:  # a variant of full: the default runs' sections stay as they are
-            VARIANTS[workload.variant].section.write(options.output, variant_heading(text, workload), before=WHOLE_RUN_PROFILE)
+        elif variant is not None:  # a variant of full: the default runs' sections stay as they are
+            variant.section.write(options.output, variant_heading(text, workload), before=WHOLE_RUN_PROFILE)
         elif workload.together:  # its own section: the alone run's stays beside it
             WHOLE_RUN_TOGETHER.write(options.output, together_heading(text), before=WHOLE_RUN_PROFILE)
         else:

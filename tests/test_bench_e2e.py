@@ -777,3 +777,18 @@ print(post.get_span_context().trace_flags.sampled, [s.name for s in exporter.get
     assert done.stdout.split("\n")[:2] == ["DropOurs False False", "True ['POST']"]
     whole_run.remove_sampler(site)
     assert [path.name for path in site.rglob("*") if whole_run.SAMPLER_MODULE in path.name] == []  # bytecode too
+
+
+def test_a_start_up_hook_runs_in_a_fresh_interpreter_and_leaves_nothing_once_removed(
+    whole_run: ModuleType, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    whole_run.install_hook(site, whole_run.GC_HOOK, "gc_hook.py")
+    code = f"import site, sys; site.addsitedir({str(site)!r}); print({whole_run.GC_HOOK!r} in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as an interpreter may: caches
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.strip() == "True"  # the .pth imported it
+    assert any(whole_run.GC_HOOK in path.name for path in (site / "__pycache__").iterdir())
+    whole_run.remove_hook(site, whole_run.GC_HOOK)
+    assert [path.name for path in site.rglob("*") if whole_run.GC_HOOK in path.name] == []  # bytecode too
