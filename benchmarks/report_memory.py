@@ -29,13 +29,13 @@ FULL = [(100_000, 6_250), (1_000_000, 62_500), (1_000_000, 1_000)]  # (rollouts,
 QUICK = [(2_000, 125), (4_000, 125)]
 RESOURCE = {"attributes": [{"key": "service.name", "value": {"stringValue": "bench"}}]}
 SCOPE = {"name": "gym_instrument", "version": "0.1.0"}
-# `python -m gym_instrument.report ARGS`, then its own peak RSS (KiB) on stderr's last line: VmHWM, the
+# `python -m gym_instrument.tools.report ARGS`, then its own peak RSS (KiB) on stderr's last line: VmHWM, the
 # high-water mark of this program's memory (ru_maxrss would also count the parent's pages it was forked with).
 PROBE = """
 import resource, runpy, sys
-sys.argv[0] = "gym_instrument.report"
+sys.argv[0] = "gym_instrument.tools.report"
 try:
-    runpy.run_module("gym_instrument.report", run_name="__main__")
+    runpy.run_module("gym_instrument.tools.report", run_name="__main__")
 finally:
     try:
         with open("/proc/self/status") as status:

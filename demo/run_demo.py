@@ -35,9 +35,9 @@ TARGETS = ",".join(
 
 sys.path.insert(0, str(REPO))  # run as a script from a checkout: the package beside this folder
 
-from gym_instrument.report import build_report, write_html  # noqa: E402
-from gym_instrument.report.otlp import ReadStats, Span, read_spans  # noqa: E402
-from gym_instrument.report.text import TASK_HEADER, render_table, task_rows  # noqa: E402
+from gym_instrument.tools.report import build_report, write_html  # noqa: E402
+from gym_instrument.tools.report.otlp import ReadStats, Span, read_spans  # noqa: E402
+from gym_instrument.tools.report.text import TASK_HEADER, render_table, task_rows  # noqa: E402
 
 
 def _shown(path: Path) -> str:
@@ -97,7 +97,7 @@ def spans_of(spans_file: Path) -> list[Span]:
 
 def metric_points(spans_file: Path, name: str) -> list[dict[str, Any]]:
     """The data points of one metric in the file's ``resourceMetrics`` lines (attributes decoded)."""
-    from gym_instrument.report.otlp import attributes
+    from gym_instrument.tools.report.otlp import attributes
 
     points = []
     for line in spans_file.read_text().splitlines():

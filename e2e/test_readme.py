@@ -27,7 +27,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gym_instrument.report.otlp import ReadStats, read_spans  # noqa: E402
+from gym_instrument.tools.report.otlp import ReadStats, read_spans  # noqa: E402
 from tests.otlp_receiver import OtlpReceiver  # noqa: E402
 
 README = REPO / "README.md"

@@ -34,7 +34,7 @@ sys.path[:0] = [str(REPO / "demo"), str(E2E)]
 import viewer  # noqa: E402
 from cdp import Browser  # noqa: E402
 
-from gym_instrument.report.otlp import ReadStats, Span, read_spans  # noqa: E402
+from gym_instrument.tools.report.otlp import ReadStats, Span, read_spans  # noqa: E402
 
 WORK = Path(os.environ.get("GYM_UI_WORK", REPO / ".e2e-work" / "ui"))
 PHOENIX = Path(os.environ.get("GYM_UI_PHOENIX", REPO / ".venv-ui" / "bin" / "phoenix"))

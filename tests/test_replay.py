@@ -21,9 +21,9 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import gym_instrument
-from gym_instrument.replay import replay
-from gym_instrument.report import build_report
-from gym_instrument.report.otlp import ReadStats, Span, read_spans
+from gym_instrument.tools.replay import replay
+from gym_instrument.tools.report import build_report
+from gym_instrument.tools.report.otlp import ReadStats, Span, read_spans
 from tests.otlp_receiver import OtlpReceiver
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "nemo_gym_samples"

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "demo"))
 
 import run_demo
 
-from gym_instrument.report import build_report
-from gym_instrument.report.figures import DurationSketch, RunFigures, pass_at_k
-from gym_instrument.report.otlp import ReadStats, Span, read_spans, span_files
+from gym_instrument.tools.report import build_report
+from gym_instrument.tools.report.figures import DurationSketch, RunFigures, pass_at_k
+from gym_instrument.tools.report.otlp import ReadStats, Span, read_spans, span_files
 
 GYM_INSTRUMENT = Path(sys.executable).parent / "gym-instrument"
 TEMPLATE = "http://viewer.test/trace/{trace_id}?span={span_id}"
@@ -156,7 +156,7 @@ def test_html_page_has_the_task_table_links_and_pictures(demo_run: Any, tmp_path
 def test_terminal_summary(demo_run: Any) -> None:
     spans_file, _ = demo_run
     process = subprocess.run(
-        [sys.executable, "-m", "gym_instrument.report", str(spans_file), "--no-html"], capture_output=True, text=True
+        [sys.executable, "-m", "gym_instrument.tools.report", str(spans_file), "--no-html"], capture_output=True, text=True
     )
     assert process.returncode == 0, process.stderr
     out = process.stdout
@@ -288,7 +288,7 @@ def test_bad_arguments_exit_2_with_a_message(tmp_path: Path) -> None:
 
 
 def test_importing_the_package_does_not_import_the_report() -> None:
-    heavy = "('plotly', 'tqdm', 'gym_instrument.report')"
+    heavy = "('plotly', 'tqdm', 'gym_instrument.tools.report')"
     code = f"import sys, gym_instrument; print(sorted(m for m in sys.modules if m.startswith({heavy})))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
@@ -320,7 +320,7 @@ def report_on_a_terminal(*arguments: str) -> tuple[int, str, str]:
 
 
 def test_progress_bar_on_a_long_read_in_a_terminal(demo_run: Any, tmp_path: Path) -> None:
-    from gym_instrument.report.otlp import PROGRESS_BYTES
+    from gym_instrument.tools.report.otlp import PROGRESS_BYTES
 
     spans_file, _ = demo_run
     long_file = tmp_path / "long.jsonl"

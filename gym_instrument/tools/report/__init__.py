@@ -5,18 +5,18 @@ Usage::
     gym-instrument report spans.jsonl [more.jsonl | a-directory ...] --html report.html
     gym-instrument report spans/ --format json > figures.json
     gym-instrument report spans.jsonl --trace-url phoenix      # rollout rows link to Phoenix
-    python -m gym_instrument.report spans.jsonl                # the same
+    python -m gym_instrument.tools.report spans.jsonl                # the same
 
 From Python::
 
-    from gym_instrument.report import build_report, write_html
+    from gym_instrument.tools.report import build_report, write_html
 
     figures = build_report(["spans.jsonl"], trace_url="mlflow")
     write_html(figures, "report.html")
 
 The input is OTLP/JSON lines as OpenTelemetry's file exporter and the Collector's file exporter
-write them (see :mod:`gym_instrument.report.otlp`); the figures are computed in one streaming
-pass in bounded memory (see :mod:`gym_instrument.report.figures`). Needs the ``report`` extra
+write them (see :mod:`gym_instrument.tools.report.otlp`); the figures are computed in one streaming
+pass in bounded memory (see :mod:`gym_instrument.tools.report.figures`). Needs the ``report`` extra
 (``pip install 'gym-instrument[report]'``) for the pictures and the progress bar.
 """
 
@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gym_instrument.report.figures import RunFigures, trace_url_template
-from gym_instrument.report.otlp import ReadStats, read_spans, span_files
+from gym_instrument.tools.report.figures import RunFigures, trace_url_template
+from gym_instrument.tools.report.otlp import ReadStats, read_spans, span_files
 
 __all__ = ["build_report", "write_html"]
 
@@ -49,7 +49,7 @@ def build_report(
 
 def write_html(figures: dict[str, Any], path: str | os.PathLike[str], title: str = "gym-instrument report") -> Path:
     """Write the self-contained HTML page of ``figures`` to ``path``."""
-    from gym_instrument.report.page import render
+    from gym_instrument.tools.report.page import render
 
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from gym_instrument.report.figures import TRACE_URL_PRESETS
+    from gym_instrument.tools.report.figures import TRACE_URL_PRESETS
 
     parser = argparse.ArgumentParser(prog="gym-instrument", description="Look at a rollout run's spans.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -70,8 +70,8 @@ def _default_html(first: str) -> Path:
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from gym_instrument.report import build_report, write_html
-    from gym_instrument.report.text import summary
+    from gym_instrument.tools.report import build_report, write_html
+    from gym_instrument.tools.report.text import summary
 
     try:
         figures = build_report(
@@ -92,7 +92,7 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def replay_command(args: argparse.Namespace) -> int:
-    from gym_instrument.replay import replay
+    from gym_instrument.tools.replay import replay
 
     try:
         counts = replay(args.run_dir, output=args.output, append=args.append)

@@ -53,7 +53,7 @@ from gym_instrument.presets.nemo_gym_schema import SCHEMA
 from gym_instrument.schema import identity_attributes
 from gym_instrument.version import __version__
 
-_LOG = logging.getLogger("gym_instrument.replay")
+_LOG = logging.getLogger("gym_instrument.tools.replay")
 
 REPLAYED = "gym.replayed"
 REPLAY_TIMING = "gym.replay.timing"

@@ -10,7 +10,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from gym_instrument.report.text import milliseconds, number, percent
+from gym_instrument.tools.report.text import milliseconds, number, percent
 
 PICTURE_TASKS = 40  # tasks drawn in the reward picture
 TABLE_TASKS = 5000  # rows of the per-task table (the JSON has them all)

@@ -1,7 +1,0 @@
-"""``python -m gym_instrument.report PATH...``: the same as ``gym-instrument report PATH...``."""
-
-import sys
-
-from gym_instrument.cli import main
-
-sys.exit(main(["report", *sys.argv[1:]]))
