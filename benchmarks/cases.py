@@ -37,11 +37,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 
 import gym_instrument
 from gym_instrument import GymInstrumentor, Target, semconv
-from gym_instrument.linkage import DispatchLinks
-from gym_instrument.presets.nemo_gym_schema import SCHEMA
-from gym_instrument.record import tallies_for
-from gym_instrument.schema import RolloutIdentity
-from gym_instrument.targets import ArgLocator
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA
+from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.link.memory import DispatchLinks
+from gym_instrument.plan.call import ArgLocator
+from gym_instrument.record.metrics import tallies_for
 
 HERE = Path(__file__).resolve().parent
 
@@ -588,8 +588,8 @@ def retained_bytes(capacity: int, rows: list[dict[str, Any]]) -> tuple[int, int,
     """Bytes still allocated after ``rows`` were dispatched under ``capacity``, as the run holds them
     (nothing has read the memory yet), of which in linkage.py; the same two after a read has built
     the lookup index (its size asked, as a health pass's first lookup does); evictions."""
-    import gym_instrument.linkage as linkage
-    from gym_instrument.plan import ENGINE
+    import gym_instrument.link.memory as linkage
+    from gym_instrument.plan.engine import ENGINE
 
     def retained(end: tracemalloc.Snapshot, start: tracemalloc.Snapshot, only_linkage: bool = False) -> int:
         if only_linkage:
@@ -960,7 +960,7 @@ def _remembering_in_a_run(sizes: Sizes, provider: TracerProvider) -> list[Row]:
     """What remembering costs inside a traced dispatch: A's sync ``send_row`` and async
     ``ServerClient.post`` with the dispatch memory on, minus the same with ``remember`` a no-op (the
     ended span, its identity and the call are the same)."""
-    from gym_instrument.plan import ENGINE
+    from gym_instrument.plan.engine import ENGINE
 
     def ignore(*_: Any) -> None:
         return None

@@ -22,7 +22,7 @@ def main() -> None:
     before_import = set(sys.modules)
     start = time.perf_counter()
     import gym_instrument
-    from gym_instrument.presets import PRESETS
+    from gym_instrument.config.declare import preset_targets
 
     import_ms = (time.perf_counter() - start) * 1e3
     imported_by_import = sorted(set(sys.modules) - before_import)
@@ -33,9 +33,9 @@ def main() -> None:
     instrument_ms = (time.perf_counter() - start) * 1e3
     imported_by_instrument = sorted(set(sys.modules) - before)
 
-    target_packages = {target.module.split(".")[0] for target in PRESETS["nemo_gym"]}
+    target_packages = {target.module.split(".")[0] for target in preset_targets("nemo_gym")}
     target_modules = sorted(name for name in sys.modules if name.split(".")[0] in target_packages)
-    from gym_instrument import targets
+    from gym_instrument.target import patcher as targets
 
     pending = sorted(getattr(targets, "_PENDING_HOOKS", ()))
     print(

@@ -4,27 +4,42 @@ Spans ``gym.rollout.dispatch``, ``gym.verify`` and ``gym.rollout.health`` name e
 (task id, repeat, rollout id) and show its outcome (reward, health verdict, failed checks).
 See :mod:`gym_instrument.instrumentor` for the three ways to turn it on.
 
-The public surface is what this module exports (``__all__``), :mod:`gym_instrument.semconv`,
-:mod:`gym_instrument.schema` (to write a framework's schema) and the ``gym-instrument`` command;
-every other module is internal and may change.
+The public surface is what this module exports (``__all__``), one decorator per role of the role
+table that has one (``gym_instrument.dispatch``, ``.verify``, ``.health``),
+:mod:`gym_instrument.semconv`, :mod:`gym_instrument.schema` (to write a framework's schema) and the
+``gym-instrument`` command; every other module is internal and may change.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gym_instrument import semconv
-from gym_instrument.extract import Call, at_start
+from gym_instrument.frameworks import DEFAULT_SCHEMA
 from gym_instrument.instrumentor import GymInstrumentor
-from gym_instrument.targets import DECORATORS, RoleDecorator, Target
+from gym_instrument.plan.call import Call
+from gym_instrument.schema.extractors import at_start
+from gym_instrument.target.decorators import RoleDecorator, decorated_roles, decorator
+from gym_instrument.target.target import Target
 from gym_instrument.version import __version__
 
-# One decorator per role of the table (gym_instrument.roles.ROLES) that has one:
-# @gym_instrument.dispatch, @gym_instrument.verify, @gym_instrument.health.
-globals().update(DECORATORS)
 if TYPE_CHECKING:
     dispatch: RoleDecorator
     verify: RoleDecorator
     health: RoleDecorator
 
-__all__ = ["Call", "GymInstrumentor", "RoleDecorator", "Target", "__version__", "at_start", "semconv", *DECORATORS]
+
+def __getattr__(name: str) -> Any:
+    """``gym_instrument.<role>``: the decorator of a role of the table, made when it is asked for
+    (a role added to the table later has one too)."""
+    found = decorator(name, DEFAULT_SCHEMA)
+    if found is None:
+        raise AttributeError(f"module 'gym_instrument' has no attribute {name!r}")
+    return found
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *decorated_roles()})
+
+
+__all__ = ["Call", "GymInstrumentor", "RoleDecorator", "Target", "__version__", "at_start", "semconv"]

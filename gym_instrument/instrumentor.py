@@ -40,7 +40,7 @@ On code you own, the same roles as decorators::
 Arguments of ``instrument()``: ``tracer_provider``, ``meter_provider``, ``targets`` (Target
 objects, ``"module:Qualified.name=role"`` strings or mappings of the declarative form, on top of
 the presets), ``config`` (targets in the declarative form: a TOML or JSON file, its text, or a
-mapping; see :mod:`gym_instrument.declare`), ``presets`` (default ``["nemo_gym", "verifiers"]``,
+mapping; see ``gym_instrument.config.declare``), ``presets`` (default ``["nemo_gym", "verifiers"]``,
 each armed only when its framework is imported; ``"none"`` arms none), ``extractors`` (role -> callables),
 ``replace_default_extractors`` (roles whose defaults your extractors replace), ``link_capacity``
 (dispatch span contexts remembered for their health verdicts, default 1,000,000) and
@@ -58,15 +58,18 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
-from gym_instrument.config import GymConfig, target_problem
-from gym_instrument.job import JobContext, job_context
-from gym_instrument.linkage import DispatchLinks
+from gym_instrument.config.declare import preset_targets
+from gym_instrument.config.settings import GymConfig
+from gym_instrument.frameworks import DEFAULT_SCHEMA
+from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.package import _instruments
-from gym_instrument.plan import ENGINE, Setup
-from gym_instrument.presets import PRESETS
-from gym_instrument.record import Recorder
-from gym_instrument.roles import ROLES
-from gym_instrument.targets import Patcher, Target
+from gym_instrument.plan.engine import ENGINE, Setup
+from gym_instrument.record.job import JobContext, job_context
+from gym_instrument.record.recorder import Recorder
+from gym_instrument.role import ROLES
+from gym_instrument.target.find import target_problem
+from gym_instrument.target.patcher import Patcher
+from gym_instrument.target.target import Target
 
 _LOG = logging.getLogger("gym_instrument")
 
@@ -121,7 +124,7 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _arm(config: GymConfig, running: _Running | None) -> None:
         """Record with ``config`` and arm its targets; what did not change from ``running`` is kept
         (the recorder, the remembered dispatches, the job context, the wrapped functions)."""
-        targets = (*(target for name in config.presets for target in PRESETS[name]), *config.targets, *config.config)
+        targets = (*(target for name in config.presets for target in preset_targets(name)), *config.targets, *config.config)
         before = running.config if running is not None else None
 
         def unchanged(*names: str) -> bool:
@@ -144,7 +147,7 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         ENGINE.configure(Setup(recorder, links, config.baggage, remembers=_verdicts_can_come(targets), job=job))
 
         if running is None:
-            patcher = Patcher(config.extractors, config.replace_default_extractors)
+            patcher = Patcher(DEFAULT_SCHEMA, config.extractors, config.replace_default_extractors)
             patcher.arm(targets)
         else:
             # The same patcher, updated in place: what stays wrapped keeps its wrappers (and takes
@@ -166,4 +169,4 @@ def _verdicts_can_come(targets: tuple[Target, ...]) -> bool:
     for a version of its framework without one (nemo-gym 0.4.0 has no ``rollout_health``) would
     otherwise fill the dispatch memory with entries no verdict reads. A ``@health`` function turns
     remembering on by itself (the engine does)."""
-    return any(ROLES[target.role].emits_child_spans and target_problem(target) is None for target in targets)
+    return any(ROLES[target.role].uses_links and target_problem(target) is None for target in targets)

@@ -717,7 +717,7 @@ def test_the_collector_s_breakdown_splits_its_extra_calls_by_whose_work_they_are
 
 
 def test_a_variant_run_sets_its_variables_in_full_alone_and_writes_its_own_section(whole_run: ModuleType, tmp_path: Path) -> None:
-    from gym_instrument.config import GymConfig
+    from gym_instrument.config.settings import GymConfig
 
     base = {"OTEL_SERVICE_NAME": "x", "OTEL_BSP_SCHEDULE_DELAY": "100"}
     read = {

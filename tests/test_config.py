@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gym_instrument import GymInstrumentor, Target, semconv
-from gym_instrument.config import GymConfig
-from gym_instrument.plan import ENGINE
+from gym_instrument.config.settings import GymConfig
+from gym_instrument.plan.engine import ENGINE
 
 
 def test_defaults() -> None:

@@ -14,9 +14,10 @@ from opentelemetry.trace import StatusCode
 from pydantic import BaseModel
 
 from gym_instrument import Target, at_start, semconv
-from gym_instrument.config import GymConfig
-from gym_instrument.declare import FieldPath, parse_config, read_document, target_from_mapping
-from gym_instrument.targets import make_plan
+from gym_instrument.config.declare import FieldPath, parse_config, read_document, target_from_mapping
+from gym_instrument.config.settings import GymConfig
+from gym_instrument.frameworks import DEFAULT_SCHEMA as SCHEMA
+from gym_instrument.target.patcher import make_plan
 
 # A loop whose failures come back as data, as verifiers' do: no telemetry code.
 LOOP = """
@@ -199,9 +200,9 @@ def test_targets_that_declare_nothing_pay_nothing_new() -> None:
     def send(row: Any) -> Any:
         return row
 
-    plain = make_plan(send, Target("m:send", "dispatch"))
+    plain = make_plan(send, Target("m:send", "dispatch"), SCHEMA)
     assert (plain.makes_call, plain.start_extractors, plain.end_extractors, plain.framework) == (False, (), (), None)
-    declared = make_plan(send, target_from_mapping({"path": "m:send", **DISPATCH}))
+    declared = make_plan(send, target_from_mapping({"path": "m:send", **DISPATCH}), SCHEMA)
     assert declared.makes_call and declared.framework == "my_loop"
     assert len(declared.start_extractors) == 1 and len(declared.end_extractors) == 1
 
@@ -285,7 +286,7 @@ def test_extractors_by_import_path(make_module: Any) -> None:
     target = target_from_mapping(
         {"path": "m:f", "role": "verify", "extractors": [f"{name}:tag"], "start_extractors": [f"{name}:tag"]}
     )
-    plan = make_plan(lambda body: body, target)
+    plan = make_plan(lambda body: body, target, SCHEMA)
     assert len(plan.start_extractors) == 1 and len(plan.end_extractors) == 1
 
 

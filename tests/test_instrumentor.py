@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from gym_instrument import GymInstrumentor, Target, semconv
-from gym_instrument.plan import ENGINE
-from gym_instrument.presets import PRESETS
-from gym_instrument.targets import check_importable
+from gym_instrument import GymInstrumentor, semconv
+from gym_instrument.config.declare import preset_targets
+from gym_instrument.frameworks import FRAMEWORKS, Framework
+from gym_instrument.plan.engine import ENGINE
+from gym_instrument.schema import GENERIC
+from gym_instrument.target.find import check_importable
 from tests.conftest import Telemetry
 
 ROLLOUTS = "def send_row(row):\n    return row\n\n\ndef send_other(row):\n    return row\n"
@@ -35,7 +37,8 @@ def test_a_health_target_whose_module_is_absent_remembers_no_dispatch(
 ) -> None:
     """A preset's health target for a framework version without it (nemo-gym 0.4.0 has no
     rollout_health): no verdict can come, so the memory stays empty and never evicts."""
-    monkeypatch.setitem(PRESETS, "absent_health", (Target("gym_absent_5c1e.rollout_health:judge", "health", optional=True),))
+    health = {"path": "gym_absent_5c1e.rollout_health:judge", "role": "health", "optional": True}
+    monkeypatch.setitem(FRAMEWORKS, "absent_health", Framework("absent_health", {"targets": [health]}, GENERIC))
     name = make_module(ROLLOUTS)
     instrument(presets="absent_health", targets=[f"{name}:send_row=dispatch"], link_capacity=1)
     module = importlib.import_module(name)
@@ -49,7 +52,7 @@ def test_a_health_target_whose_module_is_absent_remembers_no_dispatch(
 def test_the_nemo_gym_preset_without_its_health_module_remembers_no_dispatch(
     make_module: Any, instrument: Any, telemetry: Any, no_health_decorated: None
 ) -> None:
-    (health,) = [target for target in PRESETS["nemo_gym"] if target.role == semconv.ROLE_HEALTH]
+    (health,) = [target for target in preset_targets("nemo_gym") if target.role == semconv.ROLE_HEALTH]
     if check_importable(health) is None:
         pytest.skip(f"{health.module} is installed here")
     name = make_module(ROLLOUTS)
@@ -66,7 +69,8 @@ def test_a_health_target_whose_module_exists_remembers_and_its_verdicts_are_chil
 ) -> None:
     """The same preset target, with its module on sys.path (not imported until the health pass)."""
     judge = make_module(JUDGE)
-    monkeypatch.setitem(PRESETS, "present_health", (Target(f"{judge}:judge", "health", optional=True),))
+    health = {"path": f"{judge}:judge", "role": "health", "optional": True}
+    monkeypatch.setitem(FRAMEWORKS, "present_health", Framework("present_health", {"targets": [health]}, GENERIC))
     name = make_module(ROLLOUTS)
     instrument(presets="present_health", targets=[f"{name}:send_row=dispatch"])
     module = importlib.import_module(name)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gym_instrument import semconv
-from gym_instrument.linkage import DispatchLinks
-from gym_instrument.schema import RolloutIdentity
+from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.link.memory import DispatchLinks
 from tests.conftest import load_jsonl
 
 
@@ -301,7 +301,7 @@ def test_dispatches_are_remembered_only_when_a_health_function_is_instrumented(
 ) -> None:
     """With no health target (nor @health function), no verdict can ask: nothing is kept, so even a
     capacity of 1 never evicts."""
-    from gym_instrument.plan import ENGINE
+    from gym_instrument.plan.engine import ENGINE
 
     monkeypatch.setattr(ENGINE, "health_decorated", False)  # whatever other tests decorated
     name = make_module()
@@ -319,7 +319,7 @@ def test_a_health_decorated_function_finds_dispatches_of_instrumented_targets(
     make_module: Any, instrument: Any, telemetry: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gym_instrument
-    from gym_instrument.plan import ENGINE
+    from gym_instrument.plan.engine import ENGINE
 
     monkeypatch.setattr(ENGINE, "health_decorated", False)
     name = make_module()

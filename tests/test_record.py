@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_instrument import GymInstrumentor, semconv
-from gym_instrument.record import clean_value
+from gym_instrument.record.attributes import clean_value
 
 
 def test_rewarded_total_counts_verifies_with_a_reward(pipeline: Any, telemetry: Any) -> None:

@@ -577,7 +577,7 @@ def test_a_new_role_is_one_class_and_one_table_line(
 ) -> None:
     """A role the package does not ship (a judge call that counts as a verify): the class and its
     line in ROLES are all it takes for targets, spans, the schema's rules and the reward count."""
-    from gym_instrument.roles import ROLES, VerifyRole
+    from gym_instrument.role import ROLES, VerifyRole
 
     class JudgeRole(VerifyRole):
         name = "judge"
@@ -596,3 +596,67 @@ def test_a_new_role_is_one_class_and_one_table_line(
     (span,) = telemetry.spans("gym.judge")
     assert dict(span.attributes) == {semconv.ROLLOUT_ID: "4-1", semconv.ROLLOUT_REWARD: 0.25}
     assert telemetry.metric_total(semconv.METRIC_REWARDED) == 1
+
+
+def test_a_role_added_later_gets_its_span_kind_its_open_span_and_its_decorator(
+    make_module: Any, instrument: Any, telemetry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two unshipped roles registered after import: one asks for a CLIENT span by its class
+    attribute, one opens its span itself. Targets of both get their spans of their kind, in the
+    default setup (no job context), and ``gym_instrument.<name>`` is each one's decorator."""
+    from opentelemetry.trace import SpanKind
+
+    from gym_instrument.role import ROLES, Role
+
+    class ToolRole(Role):
+        name = "tool"
+        span_name = "gym.tool"
+        span_kind = SpanKind.CLIENT
+
+    class GradeRole(Role):
+        name = "grade"
+        span_name = "gym.grade"
+
+        def open_span(self, call: Any, tracer: Any, job: Any, current: Any, attributes: dict[str, Any]) -> Any:
+            return tracer.start_span("gym.grade", context=current, kind=SpanKind.PRODUCER, attributes={"graded": True})
+
+    monkeypatch.setitem(ROLES, ToolRole.name, ToolRole())
+    monkeypatch.setitem(ROLES, GradeRole.name, GradeRole())
+    name = make_module("def call_tool(args):\n    return 7\n")
+    instrument(targets=[f"{name}:call_tool=tool"])
+    assert importlib.import_module(name).call_tool({}) == 7
+
+    @gym_instrument.grade  # type: ignore[attr-defined]
+    def grade(answer: Any) -> str:
+        return "A"
+
+    assert grade("x") == "A"
+    assert "grade" in dir(gym_instrument)
+    (tool,) = telemetry.spans("gym.tool")
+    assert tool.kind is SpanKind.CLIENT
+    (graded,) = telemetry.spans("gym.grade")
+    assert graded.kind is SpanKind.PRODUCER and graded.attributes["graded"] is True
+
+
+def test_a_failing_rule_is_logged_once_per_target_not_once_per_role(
+    make_module: Any, instrument: Any, telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same role's rules failing on two targets (two frameworks' dispatches): each is logged."""
+    from gym_instrument.schema import RolloutSchema
+
+    class Broken(RolloutSchema):
+        def identity(self, row: Any) -> Any:
+            raise RuntimeError("schema bug")
+
+    first = gym_instrument.dispatch(schema=Broken())(lambda row: row)
+    second_module = make_module("def send(row):\n    return row\n")
+    second = gym_instrument.Target(f"{second_module}:send", "dispatch", schema=Broken())
+    instrument(targets=[second])
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        for _ in range(3):
+            assert first({"a": 1}) == {"a": 1}
+            assert importlib.import_module(second_module).send({"a": 2}) == {"a": 2}
+    logged = [record.getMessage() for record in caplog.records if "start rules of the dispatch role" in record.getMessage()]
+    assert len(logged) == 2, logged
+    assert any(second_module in message for message in logged)
+    assert len(telemetry.spans(semconv.SPAN_DISPATCH)) == 6

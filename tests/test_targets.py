@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 import gym_instrument
 from gym_instrument import GymInstrumentor, Target, semconv
+from gym_instrument.target.patcher import GymWrapper
 
 
 class VerifyRequest(BaseModel):
@@ -127,7 +128,7 @@ def test_pending_hooks_are_disarmed(make_module: Any, instrument: Any, telemetry
     instrumentor = instrument(targets=[f"{name}:send_row=dispatch"])
     instrumentor.uninstrument()
     module = importlib.import_module(name)
-    assert not isinstance(module.__dict__["send_row"], gym_instrument.targets.GymWrapper)
+    assert not isinstance(module.__dict__["send_row"], GymWrapper)
     module.send_row({})
     assert telemetry.spans() == []
 
@@ -250,7 +251,7 @@ def test_subclass_init_subclass_still_runs(make_module: Any, instrument: Any) ->
             return 1.0
 
     assert registered == [("Tagged", "mcqa")]
-    assert isinstance(Tagged.__dict__["verify"], gym_instrument.targets.GymWrapper)
+    assert isinstance(Tagged.__dict__["verify"], GymWrapper)
 
 
 def test_instrument_twice_is_one_span_per_call(make_module: Any, instrument: Any, telemetry: Any) -> None:

@@ -22,7 +22,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from gym_instrument import semconv
-from gym_instrument.presets import PRESETS
+from gym_instrument.config.declare import preset_targets
 
 TASK = """
 import asyncio
@@ -243,11 +243,11 @@ def test_without_verifiers_the_preset_costs_an_import_hook_only(instrument: Any)
 
 
 def test_the_engine_knows_no_verifiers_field() -> None:
-    """Every verifiers name lives in presets/verifiers.py and presets/verifiers_schema.py."""
+    """Every verifiers name lives in frameworks/verifiers/ (its preset and its schema)."""
     package = Path(__file__).parents[1] / "gym_instrument"
     framework_names = ("verifiers.v1", "run_episode", "Task.score", "traces[", "row.data", '"idx"')
     for source in package.rglob("*.py"):
-        if source.parent.name == "presets" and source.stem.startswith("verifiers"):
+        if source.parent.name == "verifiers" and source.parent.parent.name == "frameworks":
             continue
         text = source.read_text()
         assert not [name for name in framework_names if name in text], source
@@ -257,8 +257,8 @@ def test_the_preset_is_written_in_the_declarative_form() -> None:
     """The same targets come out of the form read back from JSON (what a user could write)."""
     import json
 
-    from gym_instrument.declare import parse_config
-    from gym_instrument.presets import verifiers
+    from gym_instrument.config.declare import parse_config
+    from gym_instrument.frameworks.verifiers import preset
 
-    assert parse_config(json.dumps(verifiers.PRESET)) == PRESETS["verifiers"]
-    assert {target.role for target in PRESETS["verifiers"]} == {"dispatch", "verify"}
+    assert parse_config(json.dumps(preset.PRESET)) == preset_targets("verifiers")
+    assert {target.role for target in preset_targets("verifiers")} == {"dispatch", "verify"}

@@ -5,9 +5,10 @@ rollout: the verify response plus the collector's ``_ng_*`` keys), ``<stem>_fail
 (failed attempts, with ``_ng_failure_class``), ``<stem>_materialized_inputs.jsonl`` (the rows
 that were dispatched, with the dataset's task ids; NeMo Gym 0.7.0 leaves them out of the
 output rows) and ``rollout_verdicts.jsonl`` (the health pass). Replay turns them into the spans
-the live instrumentation makes, with the same attribute rules (NeMo Gym's schema,
-``presets/nemo_gym_schema.py``, and the rules of :mod:`gym_instrument.schema`), and
-:class:`~gym_instrument.linkage.DispatchLinks` to find each verdict's dispatch, so
+the live instrumentation makes, through the same code: the roles' attribute rules read through
+the run's framework's schema (NeMo Gym's, ``frameworks/nemo_gym/schema.py``), the record layer's
+ending of failed spans, and the health role's :func:`~gym_instrument.role.health.verdict_spans`
+with :class:`~gym_instrument.link.memory.DispatchLinks` to find each verdict's dispatch, so
 ``gym-instrument report`` reads a replayed run like a live one:
 
 - per row, ``gym.rollout.dispatch`` (a root span: its own trace) with ``gym.verify`` below it
@@ -45,12 +46,17 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 
 from gym_instrument import semconv
-from gym_instrument.linkage import DispatchLinks
-from gym_instrument.presets.nemo_gym_schema import SCHEMA
-from gym_instrument.schema import identity_attributes
+from gym_instrument.frameworks import FRAMEWORKS
+from gym_instrument.link.memory import DispatchLinks
+from gym_instrument.record.metrics import SCHEMA_URL
+from gym_instrument.record.spans import end_failed
+from gym_instrument.role import ROLES
+from gym_instrument.role.health import verdict_spans
+from gym_instrument.schema.base import RolloutSchema
+from gym_instrument.schema.rules import identity_attributes
 from gym_instrument.version import __version__
 
 _LOG = logging.getLogger("gym_instrument.tools.replay")
@@ -60,15 +66,23 @@ REPLAY_TIMING = "gym.replay.timing"
 TIMING_MEASURED = "measured"
 TIMING_PLACEHOLDER = "placeholder"
 
-VERDICTS_FILE = "rollout_verdicts.jsonl"
-FAILURES_SUFFIX = "_failures"
-MATERIALIZED_SUFFIX = "_materialized_inputs"
-FAILURE_CLASS = "_ng_failure_class"
-DISPATCH_DRAINED = "_ng_dispatch_drained"
-NATIVE_TASK_ID = "_ng_task_id"  # on the output rows of native episodes only
 EXPORT_BATCH = 512
 VERDICT_BATCH = 4096
-_SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"
+DEFAULT_FRAMEWORK = "nemo_gym"
+
+
+class _ReplayCall:
+    """What the roles' hooks know of a replayed call (``role.RoleCall``): the run's framework's
+    schema, the roles' own rules on, no framework span to adopt."""
+
+    def __init__(self, schema: RolloutSchema) -> None:
+        self.schema = schema
+        self.defaults = True
+        self.adopts = False
+        self.where = "gym-instrument replay"
+
+
+_DISPATCH, _VERIFY = ROLES[semconv.ROLE_DISPATCH], ROLES[semconv.ROLE_VERIFY]
 
 
 @dataclass
@@ -96,7 +110,7 @@ class ReplayCounts:
     files: list[str] = field(default_factory=list)
 
 
-def _is_rollout_row(path: Path) -> bool:
+def _is_rollout_row(path: Path, files: Any) -> bool:
     """True when the first readable line of ``path`` is a rollout row (collector keys or a reward)."""
     try:
         with open(path, "rb") as stream:
@@ -105,14 +119,16 @@ def _is_rollout_row(path: Path) -> bool:
                     row = json.loads(line)
                 except ValueError:
                     continue
-                return type(row) is dict and ("_ng_task_index" in row or "reward" in row) and "resourceSpans" not in row
+                return type(row) is dict and any(key in row for key in files.row_keys) and "resourceSpans" not in row
     except OSError:
         return False
     return False
 
 
-def find_runs(run_dir: str | os.PathLike[str]) -> list[RunFiles]:
-    """The runs in ``run_dir`` (a directory, or one rollouts file), each with its sidecars."""
+def find_runs(run_dir: str | os.PathLike[str], framework: str = DEFAULT_FRAMEWORK) -> list[RunFiles]:
+    """The runs in ``run_dir`` (a directory, or one rollouts file), each with its sidecars, laid out
+    as ``framework`` lays out a run's files."""
+    files = _run_files(framework)
     path = Path(run_dir)
     if path.is_file():
         candidates = [path]
@@ -122,19 +138,19 @@ def find_runs(run_dir: str | os.PathLike[str]) -> list[RunFiles]:
         candidates = sorted(
             child
             for child in path.glob("*.jsonl")
-            if child.name != VERDICTS_FILE
-            and not child.stem.endswith((FAILURES_SUFFIX, MATERIALIZED_SUFFIX))
-            and _is_rollout_row(child)
+            if child.name != files.verdicts
+            and not child.stem.endswith((files.failures_suffix, files.materialized_suffix))
+            and _is_rollout_row(child, files)
         )
     else:
         raise FileNotFoundError(f"no such file or directory: {path}")
     if not candidates:
         raise FileNotFoundError(f"no rollouts file in {path} (a .jsonl file of NeMo Gym output rows)")
-    verdicts = folder / VERDICTS_FILE
+    verdicts = folder / files.verdicts
     runs = []
     for rollouts in candidates:
-        failures = rollouts.with_name(rollouts.stem + FAILURES_SUFFIX + ".jsonl")
-        materialized = rollouts.with_name(rollouts.stem + MATERIALIZED_SUFFIX + ".jsonl")
+        failures = rollouts.with_name(rollouts.stem + files.failures_suffix + ".jsonl")
+        materialized = rollouts.with_name(rollouts.stem + files.materialized_suffix + ".jsonl")
         runs.append(
             RunFiles(
                 rollouts,
@@ -162,28 +178,30 @@ def _rows(path: Path, counts: ReplayCounts) -> Iterator[dict[str, Any]]:
                 counts.unreadable_lines += 1
 
 
-def _task_ids(materialized: Path | None, counts: ReplayCounts) -> dict[int, str]:
+def _run_files(framework: str) -> Any:
+    """How ``framework`` lays out a finished run's files; ValueError when it is unknown or has no such layout."""
+    known = FRAMEWORKS.get(framework)
+    if known is None or known.run_files is None:
+        replayable = ", ".join(name for name, entry in FRAMEWORKS.items() if entry.run_files is not None)
+        raise ValueError(f"cannot replay runs of {framework!r}; replayable: {replayable}")
+    return known.run_files
+
+
+def _task_ids(materialized: Path | None, counts: ReplayCounts, schema: RolloutSchema) -> dict[int, str]:
     """Task index -> task id from the dispatched rows (one entry per task: its repeats share it)."""
     task_ids: dict[int, str] = {}
     if materialized is None:
         return task_ids
     for row in _rows(materialized, counts):
-        identity = SCHEMA.identity(row)
+        identity = schema.identity(row)
         if identity.task_id is not None and identity.task_index is not None:
             task_ids.setdefault(identity.task_index, identity.task_id)
     return task_ids
 
 
-def _latency_ns(row: dict[str, Any]) -> int | None:
-    perf = row.get("ng_perf")
-    latency = _finite(perf.get("total_latency_ms") if type(perf) is dict else None)
-    return int(latency * 1_000_000) if latency is not None and latency >= 0 else None
-
-
-def _start_ns(row: dict[str, Any], fallback_ns: int) -> int:
-    response = row.get("response")
-    created = _finite(response.get("created_at") if type(response) is dict else None)
-    return int(created * 1_000_000_000) if created is not None and created > 0 else fallback_ns
+def _number_at(row: dict[str, Any], path: tuple[str, str]) -> float | None:
+    outer = row.get(path[0])
+    return _finite(outer.get(path[1]) if type(outer) is dict else None)
 
 
 def _finite(value: Any) -> float | None:
@@ -251,20 +269,24 @@ def file_exporter(output: str | os.PathLike[str], append: bool = False) -> SpanE
 class Replayer:
     """Makes the spans of one or more runs through one tracer provider."""
 
-    def __init__(self, exporter: SpanExporter, source: str = "", link_capacity: int = 1_000_000) -> None:
+    def __init__(
+        self, exporter: SpanExporter, source: str = "", link_capacity: int = 1_000_000, framework: str = DEFAULT_FRAMEWORK
+    ) -> None:
+        self.files = _run_files(framework)
+        self.call = _ReplayCall(FRAMEWORKS[framework].schema)
         service = os.environ.get("OTEL_SERVICE_NAME") or "gym-replay"
         resource = Resource.create({"service.name": service, REPLAYED: True, "gym.replay.source": source})
         self.processor = _SyncBatchProcessor(exporter)
         self.provider = TracerProvider(resource=resource)
         self.provider.add_span_processor(self.processor)
-        self.tracer = self.provider.get_tracer(semconv.INSTRUMENTATION_NAME, __version__, schema_url=_SCHEMA_URL)
+        self.tracer = self.provider.get_tracer(semconv.INSTRUMENTATION_NAME, __version__, schema_url=SCHEMA_URL)
         self.link_capacity = link_capacity
         self.counts = ReplayCounts()
 
     def replay(self, run: RunFiles) -> None:
         counts = self.counts
         counts.files += [str(path) for path in (run.rollouts, run.failures, run.materialized, run.verdicts) if path]
-        task_ids = _task_ids(run.materialized, counts)
+        task_ids = _task_ids(run.materialized, counts, self.call.schema)
         # As live: dispatches are remembered for their verdicts only when there is a health pass.
         links = DispatchLinks(self.link_capacity) if run.verdicts is not None else None
         for path, failed in ((run.rollouts, False), (run.failures, True)):
@@ -279,43 +301,47 @@ class Replayer:
     def _rollout(
         self, row: dict[str, Any], failed: bool, task_ids: dict[int, str], links: DispatchLinks | None, fallback_ns: int
     ) -> None:
-        counts = self.counts
-        identity = SCHEMA.identity(row)
-        if identity.task_id is None and identity.task_index is not None:
-            identity.task_id = task_ids.get(identity.task_index)
-        if identity.attempt is None and NATIVE_TASK_ID in row:
-            # A native episode (0.7.0) is dispatched with episode_id.attempt, which live puts on the span;
-            # its output row keeps the task (_ng_task_id) but not the attempt: the first one is assumed.
-            identity.attempt = 0
-        latency = _latency_ns(row)
-        start = _start_ns(row, fallback_ns)
-        end = start + (latency or 0)
-        timing = TIMING_MEASURED if latency is not None else TIMING_PLACEHOLDER
-        counts.measured += latency is not None
-        counts.placeholders += latency is None
-        attributes = {**identity_attributes(identity), REPLAYED: True, REPLAY_TIMING: timing}
+        counts, files, call = self.counts, self.files, self.call
+        attributes, identity = _DISPATCH.start_attributes(call, row, Context())
+        if identity is None:
+            return
+        if (identity.task_id is None and identity.task_index is not None) or (
+            identity.attempt is None and files.native_task_id in row
+        ):
+            if identity.task_id is None and identity.task_index is not None:
+                identity.task_id = task_ids.get(identity.task_index)
+            if identity.attempt is None and files.native_task_id in row:
+                # A native episode (0.7.0) is dispatched with episode_id.attempt, which live puts on the span;
+                # its output row keeps the task (_ng_task_id) but not the attempt: the first one is assumed.
+                identity.attempt = 0
+            attributes = identity_attributes(identity)
+        latency = _number_at(row, files.latency_ms)
+        latency_ns = int(latency * 1_000_000) if latency is not None and latency >= 0 else None
+        started = _number_at(row, files.started_at)
+        start = int(started * 1_000_000_000) if started is not None and started > 0 else fallback_ns
+        end = start + (latency_ns or 0)
+        timing = TIMING_MEASURED if latency_ns is not None else TIMING_PLACEHOLDER
+        counts.measured += latency_ns is not None
+        counts.placeholders += latency_ns is None
+        attributes.update({REPLAYED: True, REPLAY_TIMING: timing})
         dispatch = self.tracer.start_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes, start_time=start)
         counts.dispatches += 1
         if "reward" in row:
+            # As live: the verify runs in the dispatch's context, its rollout id in baggage.
             current = trace.set_span_in_context(dispatch, Context())
             if identity.rollout_id is not None:
                 current = baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, identity.rollout_id, current)
-            verify_attributes = {
-                **_verify_rollout_id(row, identity.rollout_id),
-                **SCHEMA.result_attributes(row),
-                REPLAYED: True,
-                REPLAY_TIMING: TIMING_PLACEHOLDER,
-            }
+            verify_attributes, _ = _VERIFY.start_attributes(call, row, current)
+            verify_attributes.update(_VERIFY.on_success(call, row, row))
+            verify_attributes.update({REPLAYED: True, REPLAY_TIMING: TIMING_PLACEHOLDER})
             self.tracer.start_span(
                 semconv.SPAN_VERIFY, context=current, kind=SpanKind.INTERNAL, attributes=verify_attributes, start_time=end
             ).end(end_time=end)
             counts.verifies += 1
-        failure = row.get(FAILURE_CLASS) if failed else None
-        if failed or row.get(DISPATCH_DRAINED):
-            kind = semconv.ERROR_TYPE_CANCELLED if row.get(DISPATCH_DRAINED) else str(failure or "failed")
-            dispatch.set_attribute(semconv.ERROR_TYPE, kind)
-            dispatch.set_status(Status(StatusCode.ERROR, kind))
-            dispatch.end(end_time=end)
+        drained = row.get(files.dispatch_drained)
+        if failed or drained:
+            failure = row.get(files.failure_class) if failed else None
+            end_failed(dispatch, semconv.ERROR_TYPE_CANCELLED if drained else str(failure or "failed"), end)
             counts.failed_dispatches += 1
             return  # as live: a failed dispatch is not remembered for a verdict
         dispatch.end(end_time=end)
@@ -334,26 +360,18 @@ class Replayer:
             self._verdict_batch(batch, links, when)
 
     def _verdict_batch(self, verdicts: Sequence[dict[str, Any]], links: DispatchLinks, when: int) -> None:
-        facts = SCHEMA.verdict_facts(verdicts)
-        found = links.take_many([name for name, _ in facts])
-        for (_, verdict_attributes), link in zip(facts, found, strict=True):
-            if link is None:
-                self.counts.verdicts_without_rollout += 1  # never replayed here: no orphan span, as live
-                continue
-            attributes = {
-                **verdict_attributes,
-                semconv.ROLLOUT_ID: link.rollout_id,
-                REPLAYED: True,
-                REPLAY_TIMING: TIMING_PLACEHOLDER,
-            }
-            parent = trace.set_span_in_context(NonRecordingSpan(link.span_context), Context())
-            self.tracer.start_span(
-                semconv.SPAN_HEALTH, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=when
-            ).end(end_time=when)
-            self.counts.health += 1
+        spanned: list[Any] = []
+        verdict_spans(self.tracer, links, self.call.schema, verdicts, spanned, each=_mark_replayed, start_time=when)
+        self.counts.health += len(spanned)
+        self.counts.verdicts_without_rollout += len(verdicts) - len(spanned)  # no orphan span, as live
 
     def close(self) -> None:
         self.provider.shutdown()
+
+
+def _mark_replayed(verdict: Any, attributes: dict[str, Any]) -> None:
+    attributes[REPLAYED] = True
+    attributes[REPLAY_TIMING] = TIMING_PLACEHOLDER
 
 
 def replay(
@@ -361,12 +379,14 @@ def replay(
     output: str | os.PathLike[str] | None = None,
     append: bool = False,
     exporter: SpanExporter | None = None,
+    framework: str = DEFAULT_FRAMEWORK,
 ) -> ReplayCounts:
-    """Replay the run(s) in ``run_dir`` to ``output`` (OTLP/JSON lines), ``exporter``, or the configured exporter."""
-    runs = find_runs(run_dir)
+    """Replay the run(s) in ``run_dir`` to ``output`` (OTLP/JSON lines), ``exporter``, or the configured
+    exporter; ``framework`` names whose run layout and schema the files are read with."""
+    runs = find_runs(run_dir, framework)
     if exporter is None:
         exporter = file_exporter(output, append) if output is not None else exporter_from_environment()
-    replayer = Replayer(exporter, source=str(run_dir))
+    replayer = Replayer(exporter, source=str(run_dir), framework=framework)
     try:
         for run in runs:
             replayer.replay(run)
@@ -375,9 +395,3 @@ def replay(
     if replayer.processor.failed_batches:
         _LOG.warning("gym_instrument replay: the exporter failed %d batch(es)", replayer.processor.failed_batches)
     return replayer.counts
-
-
-def _verify_rollout_id(row: Any, dispatched: str | None) -> dict[str, Any]:
-    """A replayed verify's rollout id, as live: the one its row carries, else its dispatch's (the baggage)."""
-    rollout_id = SCHEMA.request_rollout_id(row) or dispatched
-    return {} if rollout_id is None else {semconv.ROLLOUT_ID: rollout_id}

@@ -8,7 +8,7 @@ A target is a mapping (a TOML table, a JSON object, a Python dict)::
     row = "job"                                    # the argument holding the row / request
     when = { mode = "train" }                      # traced only when these arguments have these values
     framework = "my_loop"                          # nemo.gym.framework on its spans
-    schema = "generic"                             # built-in rules: "nemo_gym" (default), "generic", or "module:OBJECT"
+    schema = "generic"                             # built-in rules: "nemo_gym" (default), "verifiers", "generic", "module:OBJECT"
     defaults = true                                # the schema's rules apply (false: only what is declared here)
     optional = false                               # absent from this version of the library: debug log only
     extractors = ["my_loop.telemetry:dataset"]     # extractors by import path (after the call, or @at_start)
@@ -34,40 +34,28 @@ of a list or tuple, negative from the end). Nothing is evaluated: a path that do
 Known attribute names (``nemo.gym.*``, ``error.type``) are converted by SPEC's rules: a task id
 is rendered like a row's, indices must be ints >= 0, a reward must be a finite number, ids must
 be non-empty strings; a value that fails is absent and the next path is tried. Rules compile to
-extractors, so they follow the extractor return convention (``gym_instrument.extract``): a
+extractors, so they follow the extractor return convention (``gym_instrument.schema.extractors``): a
 ``nemo.gym.rollout.id`` at the start is the rollout id (span attribute and baggage), an
 ``error.type`` at the end marks the call failed.
 
 Every problem raises ``ValueError`` naming the target and the key; the environment's reader
-(``config``) logs it with the variable's name and skips that target.
+(``config.settings``) logs it with the variable's name and skips that target.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gym_instrument import semconv
-from gym_instrument.schema import (
-    MISSING,
-    RolloutSchema,
-    field,
-    index_value,
-    is_a,
-    numeric_reward,
-    render_task_id,
-    rollout_id_string,
-)
-
-if TYPE_CHECKING:
-    from gym_instrument.extract import Call
-    from gym_instrument.targets import Target
+from gym_instrument.frameworks import FRAMEWORKS
+from gym_instrument.schema.base import GENERIC, RolloutSchema
+from gym_instrument.schema.declared import AtStart, AttributeRules, FailureRule
+from gym_instrument.schema.paths import FieldPath
+from gym_instrument.target.target import Target
 
 TARGET_KEYS = (
     "path",
@@ -88,182 +76,6 @@ FAILURE_KEYS = ("when", "equals", "error_type")
 DOCUMENT_KEYS = ("targets",)
 
 _IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-_ROOT = re.compile(r"^(row|self|result|arg\.([A-Za-z_]\w*))")
-_STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(-?\d+)\]")
-
-
-# ---------------------------------------------------------------------------------------------
-# Paths
-
-
-class FieldPath:
-    """A parsed path such as ``result.attempts[-1].failures[-1].kind``; read with :meth:`read`."""
-
-    __slots__ = ("argument", "root", "steps", "text")
-
-    def __init__(self, text: str) -> None:
-        if not isinstance(text, str):
-            raise ValueError(f"a path must be a string, got {text!r}")
-        match = _ROOT.match(text)
-        if match is None:
-            raise ValueError(f"path {text!r} must start with row, arg.NAME, self or result")
-        steps: list[str | int] = []
-        position = match.end()
-        while position < len(text):
-            step = _STEP.match(text, position)
-            if step is None:
-                raise ValueError(f"path {text!r}: expected .field or [N] at {text[position:]!r}")
-            name, index = step.groups()
-            if name is not None and name.startswith("__"):
-                raise ValueError(f"path {text!r}: {name!r} is not readable (a name starting with __)")
-            steps.append(name if name is not None else int(index))
-            position = step.end()
-        self.text = text
-        self.root = match.group(1).partition(".")[0]
-        self.argument = match.group(2)
-        self.steps = tuple(steps)
-
-    def read(self, call: Call) -> Any:
-        """The value at this path for one call, or MISSING."""
-        root = self.root
-        if root == "row":
-            value = call.row
-        elif root == "arg":
-            value = call.argument(self.argument)
-        elif root == "self":
-            value = call.instance
-        else:
-            value = call.result
-        for step in self.steps:
-            if value is MISSING or value is None:
-                return MISSING
-            value = _item(value, step) if type(step) is int else _attribute(value, step)  # type: ignore[arg-type]
-        return value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FieldPath) and other.text == self.text
-
-    def __hash__(self) -> int:
-        return hash(self.text)
-
-    def __repr__(self) -> str:
-        return f"FieldPath({self.text!r})"
-
-
-def _attribute(value: Any, name: str) -> Any:
-    found = field(value, name)
-    if found is not MISSING or is_a(value, Mapping):
-        return found
-    # A property (a computed reward, say) is not a field: read it when the class defines one.
-    try:
-        if isinstance(inspect.getattr_static(type(value), name, None), property):
-            return getattr(value, name)
-    except Exception:
-        pass
-    return MISSING
-
-
-def _item(value: Any, index: int) -> Any:
-    if not is_a(value, (list, tuple)):
-        return MISSING
-    try:
-        return value[index] if -len(value) <= index < len(value) else MISSING
-    except Exception:
-        return MISSING
-
-
-# ---------------------------------------------------------------------------------------------
-# Attribute rules and failure rules: extractors made from data
-
-
-def _strict_bool(value: Any) -> bool | None:
-    return value if type(value) is bool else None
-
-
-def _plain_value(value: Any) -> Any:
-    """Any other attribute: a scalar or a list of scalars (checked again before it reaches a span)."""
-    if type(value) in (str, bool, int, float):
-        return value
-    if is_a(value, str):
-        return rollout_id_string(value)
-    if is_a(value, (list, tuple)) and all(type(item) in (str, bool, int, float) for item in value):
-        return list(value)
-    return None
-
-
-# The rule of each attribute SPEC names, whichever framework it comes from.
-CONVERSIONS: Mapping[str, Callable[[Any], Any]] = {
-    semconv.TASK_ID: render_task_id,
-    semconv.TASK_INDEX: index_value,
-    semconv.ROLLOUT_REPEAT: index_value,
-    semconv.ROLLOUT_ATTEMPT: index_value,
-    semconv.ROLLOUT_ID: rollout_id_string,
-    semconv.AGENT_NAME: rollout_id_string,
-    semconv.ROLLOUT_REWARD: numeric_reward,
-    semconv.VERIFY_MASKED: _strict_bool,
-    semconv.FAILURE_KIND: rollout_id_string,
-    semconv.FRAMEWORK: rollout_id_string,
-    semconv.ERROR_TYPE: rollout_id_string,
-}
-
-
-@dataclass(frozen=True)
-class AttributeRules:
-    """An extractor from data: each attribute from the first of its paths that has a value."""
-
-    rules: tuple[tuple[str, tuple[FieldPath, ...]], ...]
-    at_start: bool
-
-    @property
-    def __gym_at_start__(self) -> bool:  # read by extract.runs_at_start
-        return self.at_start
-
-    def __call__(self, call: Call) -> dict[str, Any]:
-        attributes: dict[str, Any] = {}
-        for name, paths in self.rules:
-            convert = CONVERSIONS.get(name, _plain_value)
-            for path in paths:
-                value = path.read(call)
-                if value is MISSING or value is None:
-                    continue
-                converted = convert(value)
-                if converted is not None:
-                    attributes[name] = converted
-                    break
-        return attributes
-
-
-@dataclass(frozen=True)
-class FailureRule:
-    """An extractor from data: ``error.type`` when the result says the call failed (see the module)."""
-
-    when: FieldPath
-    equals: Any
-    error_type: tuple[FieldPath, ...]
-
-    __gym_at_start__ = False
-
-    def __call__(self, call: Call) -> dict[str, Any] | None:
-        value = self.when.read(call)
-        if type(value) is not type(self.equals) or value != self.equals:
-            return None
-        for path in self.error_type:
-            kind = rollout_id_string(path.read(call))
-            if kind is not None:
-                return {semconv.ERROR_TYPE: kind}
-        return {semconv.ERROR_TYPE: semconv.ERROR_TYPE_OTHER}
-
-
-@dataclass(frozen=True)
-class _AtStart:
-    """An extractor named in ``start_extractors``: run before the span starts."""
-
-    extractor: Callable[..., Any]
-
-    __gym_at_start__ = True
-
-    def __call__(self, call: Call) -> Any:
-        return self.extractor(call)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,16 +96,11 @@ def import_object(path: Any) -> Any:
     return found
 
 
-_GENERIC = RolloutSchema()  # one object: targets read twice from the same form are equal
-
-
 def _schema(name: Any) -> RolloutSchema:
-    if name == "nemo_gym":
-        from gym_instrument.presets.nemo_gym_schema import SCHEMA
-
-        return SCHEMA
+    if isinstance(name, str) and name in FRAMEWORKS:
+        return FRAMEWORKS[name].schema
     if name == "generic":
-        return _GENERIC
+        return GENERIC
     schema = import_object(name)
     if not isinstance(schema, RolloutSchema):
         raise ValueError(f"{name!r} is not a RolloutSchema")
@@ -356,7 +163,7 @@ def _extractors(value: Any, at_start: bool) -> tuple[Callable[..., Any], ...]:
         extractor = import_object(item) if isinstance(item, str) else item
         if not callable(extractor):
             raise ValueError(f"[{index}] {item!r} is not callable")
-        found.append(_AtStart(extractor) if at_start else extractor)
+        found.append(AtStart(extractor) if at_start else extractor)
     return tuple(found)
 
 
@@ -385,8 +192,6 @@ def _text(value: Any) -> str:
 
 def target_from_mapping(spec: Any) -> Target:
     """A :class:`~gym_instrument.Target` from its declarative form (see the module); ValueError otherwise."""
-    from gym_instrument.targets import Target
-
     if not isinstance(spec, Mapping):
         raise ValueError(f"target {spec!r}: expected a table with path and role")
     path = spec.get("path")
@@ -500,3 +305,14 @@ def parse_config(source: Any) -> tuple[Target, ...]:
     if isinstance(source, (list, tuple)):
         return tuple(target for item in source for target in parse_config(item))
     return tuple(target_from_mapping(entry) for entry in target_entries(source))
+
+
+_PRESET_TARGETS: dict[str, tuple[Target, ...]] = {}
+
+
+def preset_targets(name: str) -> tuple[Target, ...]:
+    """The targets of the framework ``name``'s preset (read once)."""
+    targets = _PRESET_TARGETS.get(name)
+    if targets is None:
+        targets = _PRESET_TARGETS[name] = parse_config(FRAMEWORKS[name].preset)
+    return targets

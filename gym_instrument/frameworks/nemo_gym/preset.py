@@ -1,15 +1,11 @@
 """NeMo Gym (package ``nemo-gym``): the collector's dispatch, the resources servers' verify and
-the rollout-health pass, in the declarative form (:mod:`gym_instrument.declare`). Every target is
+the rollout-health pass, as a table of targets in the declarative form (data). Every target is
 optional: a NeMo Gym version without it is fine. How its rows, results and verdicts are read is
-its schema, beside it (``nemo_gym_schema.py``): NeMo Gym's rows need more than paths (flat rows and
-native episodes, the index form of a rollout id, digests), so that one stays code."""
+its schema, beside it (``schema.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from gym_instrument.declare import parse_config
-from gym_instrument.targets import Target
 
 FRAMEWORK = "nemo_gym"
 
@@ -45,5 +41,3 @@ PRESET: dict[str, Any] = {
         {"path": "uvicorn.protocols.http.httptools_impl:RequestResponseCycle.run_asgi", "role": "isolate", "optional": True},
     ]
 }
-
-TARGETS: tuple[Target, ...] = parse_config(PRESET)

@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gym_instrument.declare import parse_config, target_entries, target_from_mapping
-from gym_instrument.job import JOB_LINK, JOB_MODES
-from gym_instrument.roles import ROLES
-from gym_instrument.targets import Target, check_importable
-
-if TYPE_CHECKING:
-    from gym_instrument.extract import Extractor
+from gym_instrument.config.declare import parse_config, target_entries, target_from_mapping
+from gym_instrument.frameworks import FRAMEWORKS
+from gym_instrument.record.job import JOB_LINK, JOB_MODES
+from gym_instrument.role import ROLES
+from gym_instrument.schema.extractors import Extractor
+from gym_instrument.target.find import target_problem
+from gym_instrument.target.target import Target
 
 _LOG = logging.getLogger("gym_instrument")
 
@@ -38,7 +37,7 @@ ENV_CONFIG = "OTEL_PYTHON_GYM_CONFIG"
 
 # Every shipped preset: each is armed only when its framework's module is imported (a post-import
 # hook), so a process without that framework pays nothing for it.
-DEFAULT_PRESETS = ("nemo_gym", "verifiers")
+DEFAULT_PRESETS = tuple(FRAMEWORKS)
 DEFAULT_LINK_CAPACITY = 1_000_000
 
 
@@ -49,20 +48,23 @@ def _split(value: str) -> list[str]:
 # -- parsers: a value from code or from the environment, or ValueError -----------------------------
 
 
-def parse_targets(value: str | Iterable[str | Target]) -> tuple[Target, ...]:
+def parse_target(item: Any) -> Target:
+    """A target from the short form, the declarative form (a mapping) or a Target."""
+    return target_from_mapping(item) if isinstance(item, Mapping) else Target.parse(item)
+
+
+def parse_targets(value: str | Iterable[str | Mapping[str, Any] | Target]) -> tuple[Target, ...]:
     items = _split(value) if isinstance(value, str) else list(value)
-    return tuple(Target.parse(item) for item in items)
+    return tuple(parse_target(item) for item in items)
 
 
 def parse_presets(value: str | Iterable[str]) -> tuple[str, ...]:
-    from gym_instrument.presets import PRESETS
-
     names = _split(value) if isinstance(value, str) else [str(name).strip() for name in value]
     if [name.lower() for name in names] == ["none"] or not names:
         return ()
-    unknown = [name for name in names if name not in PRESETS]
+    unknown = [name for name in names if name not in FRAMEWORKS]
     if unknown:
-        raise ValueError(f"unknown preset {', '.join(map(repr, unknown))}; known: {', '.join(sorted(PRESETS))}, none")
+        raise ValueError(f"unknown preset {', '.join(map(repr, unknown))}; known: {', '.join(sorted(FRAMEWORKS))}, none")
     return tuple(dict.fromkeys(names))
 
 
@@ -151,34 +153,6 @@ def _more_roles(running: frozenset[str], added: frozenset[str]) -> frozenset[str
 # -- a target that this interpreter cannot find -----------------------------------------------------
 
 
-def target_problem(target: Target) -> str | None:
-    """Why a target cannot be instrumented here, or None. Nothing is imported to find out: its
-    module must be findable, and when that module is already imported it must define the function."""
-    return check_importable(target) or _missing_attribute(target)
-
-
-def _missing_attribute(target: Target) -> str | None:
-    """Why a target whose module is already imported cannot be found there, or None."""
-    module = sys.modules.get(target.module)
-    if module is None:
-        return None  # found when its module is imported (post-import hook)
-    owner: Any = module
-    *owner_path, attribute = target.qualname.split(".")
-    for part in owner_path:
-        owner = getattr(owner, part, None)
-        if owner is None:
-            return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
-    try:
-        defined_here = attribute in vars(owner)
-    except TypeError:
-        defined_here = False
-    if defined_here:
-        return None
-    if getattr(owner, attribute, None) is not None:  # patching it would need the class that defines it
-        return f"target {target}: {target.qualname!r} is inherited, not defined there; target the class that defines it"
-    return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
-
-
 def _checked_target(target: Target) -> Target:
     problem = target_problem(target)
     if problem is not None:
@@ -232,10 +206,10 @@ class GymConfig:
 
     targets: tuple[Target, ...] = field(
         default=(),
-        metadata=_declare(ENV_TARGETS, parse_targets, entry=Target.parse, check=_checked_target, combine=_more_targets),
+        metadata=_declare(ENV_TARGETS, parse_targets, entry=parse_target, check=_checked_target, combine=_more_targets),
     )
     presets: tuple[str, ...] = field(default=DEFAULT_PRESETS, metadata=_declare(ENV_PRESETS, parse_presets))
-    # Targets in the declarative form (gym_instrument.declare): a TOML or JSON file, TOML/JSON text, or a mapping.
+    # Targets in the declarative form (config.declare): a TOML or JSON file, TOML/JSON text, or a mapping.
     config: tuple[Target, ...] = field(
         default=(),
         metadata=_declare(

@@ -1,149 +1,35 @@
-"""Where: which functions are wrapped, found how, and put back exactly.
+"""Where: functions wrapped as their modules appear, and put back exactly.
 
-A :class:`Target` names a function by import path (``"package.module:Qualified.name"``) and a
-role. The :class:`Patcher` wraps it with wrapt when its module is imported — now, if it already
-is, or later through a post-import hook — and, for a method, also the function every subclass
-resolves it to, existing or defined later (``__init_subclass__`` on the base class): an override,
-or a mixin's method that comes before the base in the subclass's MRO. ``restore()``
+The :class:`Patcher` wraps a target's function with wrapt when its module is imported — now, if it
+already is, or later through a post-import hook — and, for a method, also the function every
+subclass resolves it to, existing or defined later (``__init_subclass__`` on the base class): an
+override, or a mixin's method that comes before the base in the subclass's MRO. ``restore()``
 puts back every original object it replaced (classmethod and staticmethod objects included)
 and disarms pending hooks; the wrapt hook registry only grows by one entry per module ever.
-Wrapping a function makes its :class:`~gym_instrument.plan.Plan` (:func:`make_wrapper`).
+Wrapping a function makes its :class:`~gym_instrument.plan.plan.Plan` (:func:`make_wrapper`).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-import re
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, TypeVar, overload
+from typing import Any
 
 import wrapt
 
-from gym_instrument.extract import Extractor
-from gym_instrument.plan import ENGINE, WRAPPERS, Plan, function_kind
-from gym_instrument.roles import ROLES
-from gym_instrument.schema import MISSING, RolloutSchema
+from gym_instrument.plan.call import ArgLocator
+from gym_instrument.plan.plan import Plan
+from gym_instrument.plan.wrappers import WRAPPERS, function_kind
+from gym_instrument.role import ROLES
+from gym_instrument.schema.base import RolloutSchema
+from gym_instrument.schema.extractors import Extractor
+from gym_instrument.target.target import Target
 
 _LOG = logging.getLogger("gym_instrument")
-_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class Target:
-    """A function to wrap, by import path and role.
-
-    Example::
-
-        Target("my_loop.rollouts:Runner.send", "dispatch", row_arg="episode")
-        Target("nemo_gym.server_utils:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json")
-        Target.parse("my_loop.scoring:score=verify")
-        Target.parse({"path": "my_loop.scoring:score", "role": "verify", "end": {"nemo.gym.rollout.reward": "result.score"}})
-
-    ``when`` maps argument names to the value the call must pass for it to be traced.
-    ``row_arg`` points at the argument holding the row (dispatch) or request (verify).
-    ``extractors`` run for this target on top of the role's own attribute rules, or instead of
-    them with ``default_extractors=False``. ``schema`` says how the framework's rows, results and
-    verdicts are read (default: NeMo Gym's, the schema SPEC is written in). ``optional`` targets
-    (presets) may be absent from a version of their library: that is logged at debug level only.
-    ``framework`` names the rollout framework on its spans (``nemo.gym.framework``). The mapping
-    form (:mod:`gym_instrument.declare`) says all of this, attribute rules included, as data.
-    """
-
-    path: str
-    role: str
-    when: Mapping[str, Any] | None = None
-    row_arg: str | None = None
-    extractors: tuple[Extractor, ...] = ()
-    default_extractors: bool = True
-    optional: bool = False
-    schema: RolloutSchema | None = None
-    framework: str | None = None
-
-    def __hash__(self) -> int:
-        # ``when`` is a dict: hashed by what names the target (equal targets share these).
-        return hash((self.path, self.role, self.row_arg))
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.path, str) or not _PATH.match(self.path):
-            raise ValueError(f"target {self.path!r}: expected 'package.module:Qualified.name'")
-        if self.role not in ROLES:
-            raise ValueError(f"target {self.path!r}: unknown role {self.role!r}; expected one of {', '.join(ROLES)}")
-        object.__setattr__(self, "extractors", tuple(self.extractors))
-        if not all(callable(extractor) for extractor in self.extractors):
-            raise ValueError(f"target {self.path!r}: every extractor must be callable")
-
-    @property
-    def module(self) -> str:
-        return self.path.partition(":")[0]
-
-    @property
-    def qualname(self) -> str:
-        return self.path.partition(":")[2]
-
-    @classmethod
-    def parse(cls, spec: str | Mapping[str, Any] | Target) -> Target:
-        """A target from the short form ``"package.module:Qualified.name=role"``, the mapping form
-        (:func:`gym_instrument.declare.target_from_mapping`), or a Target."""
-        if isinstance(spec, Target):
-            return spec
-        if isinstance(spec, Mapping):
-            from gym_instrument.declare import target_from_mapping
-
-            return target_from_mapping(spec)
-        if not isinstance(spec, str):
-            raise ValueError(f"target {spec!r}: expected 'package.module:Qualified.name=role', a mapping or a Target")
-        path, separator, role = spec.strip().rpartition("=")
-        if not separator:
-            raise ValueError(f"target {spec.strip()!r}: expected 'package.module:Qualified.name=role'")
-        return cls(path.strip(), role.strip())
-
-    def __str__(self) -> str:
-        return f"{self.path}={self.role}"
-
-
-class ArgLocator:
-    """Where a call's row (or request, or a condition's argument) sits, found once from the signature.
-
-    The argument is looked up by name in the keywords, else by position: the position of the
-    first candidate name among the parameters, else (no name given) the first positional
-    argument after self.
-    """
-
-    __slots__ = ("index_bound", "index_unbound", "names")
-
-    def __init__(self, function: Callable[..., Any], names: Sequence[str], explicit: str | None = None) -> None:
-        self.names: tuple[str, ...] = (explicit,) if explicit else tuple(names)
-        try:
-            params = inspect.signature(function, follow_wrapped=False).parameters.values()
-            positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        except (TypeError, ValueError):
-            positional = []
-        index: int | None = next((positional.index(name) for name in self.names if name in positional), None)
-        if index is None:
-            # Not named: the first positional argument (wrapt passes args without a bound self/cls).
-            self.index_unbound: int | None = None if explicit else 0
-            self.index_bound: int | None = None if explicit else 0
-        else:
-            self.index_unbound = index
-            self.index_bound = index - 1 if index >= 1 else None
-
-    def find(self, instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        """The argument's value for one call, or MISSING."""
-        if kwargs:
-            for name in self.names:
-                if name in kwargs:
-                    return kwargs[name]
-        index = self.index_unbound if instance is None else self.index_bound
-        if index is not None and index < len(args):
-            return args[index]
-        return MISSING
 
 
 class GymWrapper(wrapt.FunctionWrapper):  # type: ignore[type-arg]
@@ -160,21 +46,19 @@ def is_gym_wrapper(value: Any) -> bool:
     return isinstance(value, GymWrapper)
 
 
-def make_plan(original: Any, target: Target, extra_extractors: Iterable[Extractor] = (), replace_defaults: bool = False) -> Plan:
+def make_plan(
+    original: Any,
+    target: Target,
+    default_schema: RolloutSchema,
+    extra_extractors: Iterable[Extractor] = (),
+    replace_defaults: bool = False,
+) -> Plan:
     """The plan of one function object (or classmethod/staticmethod object) for a target: everything
-    its calls need that is known now."""
+    its calls need that is known now. ``default_schema``: the schema of a target that names none."""
     role = ROLES[target.role]
     function = getattr(original, "__func__", original)
-    conditions = [
-        (name, locator.index_bound, locator.index_unbound, value)
-        for name, value in (target.when or {}).items()
-        for locator in (ArgLocator(function, (), name),)
-    ]
-    schema = target.schema
-    if schema is None:
-        from gym_instrument.presets.nemo_gym_schema import SCHEMA  # SPEC's rules are NeMo Gym's
-
-        schema = SCHEMA
+    conditions = [(ArgLocator(function, (), name), value) for name, value in (target.when or {}).items()]
+    schema = target.schema if target.schema is not None else default_schema
     return Plan(
         role,
         function,
@@ -189,10 +73,14 @@ def make_plan(original: Any, target: Target, extra_extractors: Iterable[Extracto
 
 
 def make_wrapper(
-    original: Any, target: Target, extra_extractors: Iterable[Extractor] = (), replace_defaults: bool = False
+    original: Any,
+    target: Target,
+    default_schema: RolloutSchema,
+    extra_extractors: Iterable[Extractor] = (),
+    replace_defaults: bool = False,
 ) -> GymWrapper:
     """Wrap one function object (or classmethod/staticmethod object) for a target's role."""
-    plan = make_plan(original, target, extra_extractors, replace_defaults)
+    plan = make_plan(original, target, default_schema, extra_extractors, replace_defaults)
     wrapper = GymWrapper(original, WRAPPERS[function_kind(original)](plan))
     wrapper._self_gym_plan = plan
     return wrapper
@@ -226,7 +114,13 @@ class _Patch:
 class Patcher:
     """Arms targets, wraps them as their modules appear, and restores every original."""
 
-    def __init__(self, extractors: Mapping[str, Iterable[Extractor]] | None = None, replace_defaults: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        default_schema: RolloutSchema,
+        extractors: Mapping[str, Iterable[Extractor]] | None = None,
+        replace_defaults: Iterable[str] = (),
+    ) -> None:
+        self._default_schema = default_schema
         self._extractors = {role: tuple(extractors.get(role, ())) for role in ROLES} if extractors else {}
         self._replace_defaults = frozenset(replace_defaults)
         self._targets: dict[str, list[Target]] = {}
@@ -287,6 +181,7 @@ class Patcher:
         wrapper = make_wrapper(
             original,
             target,
+            self._default_schema,
             self._extractors.get(target.role, ()),
             replace_defaults=target.role in self._replace_defaults,
         )
@@ -424,114 +319,3 @@ class Patcher:
             self._subclass_hooks.clear()
             self._watched.clear()
             self._targets.clear()
-
-
-def check_importable(target: Target) -> str | None:
-    """Why a target's module cannot be found, or None. Nothing is imported to find out: a
-    package's modules are looked up on its path, the way the import system would."""
-    import importlib.util
-
-    top, *parts = target.module.split(".")
-    try:
-        spec = getattr(sys.modules[top], "__spec__", None) if top in sys.modules else importlib.util.find_spec(top)
-    except (ImportError, ValueError) as error:
-        return f"target {target}: cannot import {top!r}: {error}"
-    if spec is None and top not in sys.modules:
-        return f"target {target}: no module named {top!r}"
-    name = top
-    for part in parts:
-        parent, name = name, f"{name}.{part}"
-        if name in sys.modules:
-            spec = getattr(sys.modules[name], "__spec__", None)
-            continue
-        module = sys.modules.get(parent)
-        locations = getattr(module, "__path__", None) if module is not None else getattr(spec, "submodule_search_locations", None)
-        if locations is None:
-            return None if spec is None else f"target {target}: no module named {name!r} ({parent!r} is not a package)"
-        spec = _find_submodule(name, list(locations))
-        if spec is None:
-            return f"target {target}: no module named {name!r}"
-    return None
-
-
-def _find_submodule(name: str, locations: list[str]) -> Any:
-    """The spec the import system's finders give for a submodule on its package's path, or None."""
-    for finder in sys.meta_path:
-        find_spec = getattr(finder, "find_spec", None)
-        if find_spec is None:
-            continue
-        try:
-            spec = find_spec(name, locations)
-        except Exception:
-            continue
-        if spec is not None:
-            return spec
-    return None
-
-
-class RoleDecorator:
-    """A role as a decorator on code you own: ``@gym_instrument.dispatch`` or
-    ``@gym_instrument.dispatch(row_arg="episode", extractors=[...], default_extractors=True, when={...})``."""
-
-    def __init__(self, role: str) -> None:
-        self.role = role
-        self.__doc__ = f"Trace a function as the {role!r} role (see :class:`~gym_instrument.Target` for the options)."
-
-    @overload
-    def __call__(self, function: F, /) -> F: ...
-
-    @overload
-    def __call__(
-        self,
-        function: None = None,
-        /,
-        *,
-        row_arg: str | None = None,
-        when: Mapping[str, Any] | None = None,
-        extractors: Sequence[Extractor] = (),
-        default_extractors: bool = True,
-        schema: RolloutSchema | None = None,
-    ) -> Callable[[F], F]: ...
-
-    def __call__(
-        self,
-        function: F | None = None,
-        /,
-        *,
-        row_arg: str | None = None,
-        when: Mapping[str, Any] | None = None,
-        extractors: Sequence[Extractor] = (),
-        default_extractors: bool = True,
-        schema: RolloutSchema | None = None,
-    ) -> F | Callable[[F], F]:
-        role = self.role
-
-        def apply(to_wrap: F) -> F:
-            if is_gym_wrapper(to_wrap):
-                return to_wrap
-            raw = getattr(to_wrap, "__func__", to_wrap)
-            module = getattr(raw, "__module__", None) or "__main__"
-            qualname = getattr(raw, "__qualname__", "function").replace("<locals>.", "").replace("<", "").replace(">", "")
-            path = f"{module}:{qualname}"
-            if not _PATH.match(path):
-                path = "__main__:function"
-            target = Target(
-                path,
-                role,
-                when=when,
-                row_arg=row_arg,
-                extractors=tuple(extractors),
-                default_extractors=default_extractors,
-                schema=schema,
-            )
-            if ROLES[role].emits_child_spans:
-                ENGINE.expect_verdicts()  # its dispatches are remembered from now on
-            return make_wrapper(to_wrap, target)  # type: ignore[return-value]
-
-        return apply if function is None else apply(function)
-
-    def __repr__(self) -> str:
-        return f"gym_instrument.{self.role}"
-
-
-DECORATORS: dict[str, RoleDecorator] = {name: RoleDecorator(name) for name, role in ROLES.items() if role.decorated}

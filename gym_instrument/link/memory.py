@@ -32,13 +32,13 @@ import weakref
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from operator import attrgetter, lshift, or_, xor
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from opentelemetry.trace import SpanContext
 
 from gym_instrument.compat import span_context, span_id_of, trace_flags_of, trace_id_of
-from gym_instrument.schema import RolloutIdentity, index_form, parse_index_form
+from gym_instrument.link.identity import RolloutIdentity, index_form, parse_index_form
 
 _LOG = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def _index_key(task_index: int, rollout_index: int) -> int:
     # index only in the low bits (task << 16 | rollout), a run's keys shared a handful of slots
     # and every insert walked a long probe chain (remembering a dispatch cost 2-3x more).
     if rollout_index < _SMALL_ROLLOUT and task_index < _SMALL_TASK:
-        return (rollout_index << 40) | (task_index ^ rollout_index)  # (written out in _Batch.primaries and take_many too)
+        return (rollout_index << 40) | (task_index ^ rollout_index)
     return -(((task_index << 64) | rollout_index) + 1)
 
 
@@ -160,9 +160,7 @@ class _Batch:
     def primaries(self, first: int) -> Any:
         """The index keys of the entries from ``first`` on, in order."""
         if self.plain:
-            tasks, rollouts = self.tasks[first:], self.rollouts[first:]
-            # _index_key of small indices, by C-level maps
-            return map(or_, map(lshift, rollouts, repeat(40)), map(xor, tasks, rollouts))
+            return map(_index_key, self.tasks[first:], self.rollouts[first:])
         return map(_primary, self.keys[first:])
 
     def read(self, offset: int) -> tuple[int, int, int, int]:
@@ -392,35 +390,15 @@ class DispatchLinks:
             bare = index_form(task_index, rollout_index, None)
             if rollout_id is not None and rollout_id != bare:
                 break
-            if rollout_index < _SMALL_ROLLOUT and task_index < _SMALL_TASK:
-                keys.append((rollout_index << 40) | (task_index ^ rollout_index))  # _index_key, written out: per verdict
-            else:
-                keys.append(_index_key(task_index, rollout_index))
+            keys.append(_index_key(task_index, rollout_index))
             bares.append(bare)
         else:
             found: list[tuple[int, int, int, int] | None] | None = None
             with self._lock:
                 evicted = self._index_everything()
                 if not self._custom_of_index:  # (with custom ids, a dispatch may be named two ways)
-                    pop, batches, from_bytes = self._index.pop, self._batches, int.from_bytes
-                    found = []
-                    append = found.append
-                    for key in keys:
-                        sequence = pop(key, None)
-                        if sequence is None:
-                            append(None)
-                        else:  # _Batch.read, written out: per verdict
-                            batch = batches[sequence >> _BATCH_BITS]
-                            offset = sequence & _OFFSET_MASK
-                            at = offset << 4
-                            append(
-                                (
-                                    from_bytes(batch.trace_ids[at : at + 16], "big"),
-                                    batch.span_ids[offset],
-                                    batch.flags[offset],
-                                    0 if batch.plain else _attempt(batch.keys[offset]),
-                                )
-                            )
+                    pop, read = self._index.pop, self._read
+                    found = [None if sequence is None else read(sequence) for sequence in map(pop, keys, repeat(None))]
                     if not self._index:
                         self._index = {}  # every dispatch found: its table's memory goes too (a dict never shrinks)
             self._report(evicted)

@@ -1,38 +1,31 @@
 """How NeMo Gym names and scores its rollouts: its rows, native episodes, verify results and digests.
 
 Every NeMo Gym field name the package reads is here, beside the preset's target table
-(``nemo_gym.py``). It is also the schema of any target that names none: SPEC sections 2-4 are
-written in NeMo Gym's terms (``_ng_task_index``, ``reward``, ``mask_sample``, ``findings``).
+(``preset.py``). It is also the schema of any target that names none: the attribute rules are written in NeMo Gym's
+terms (``_ng_task_index``, ``reward``, ``mask_sample``, ``findings``). ``RUN_FILES`` says how a
+finished run lays out its files, for ``gym-instrument replay``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from gym_instrument import semconv
-from gym_instrument.schema import (
-    _INT64_MAX,
-    _MODEL_FIELDS,
-    _UNKNOWN,
+from gym_instrument.link.identity import RolloutIdentity, index_form, parse_index_form
+from gym_instrument.record.attributes import INT64_MAX as _INT64_MAX
+from gym_instrument.schema.base import RolloutSchema, VerdictFacts, VerdictName
+from gym_instrument.schema.fields import (
     MISSING,
-    RolloutIdentity,
-    RolloutSchema,
-    VerdictFacts,
-    VerdictName,
-    _model_fields,
-    checks_of,
     field,
-    index_form,
     index_value,
     is_a,
-    outcome_attributes,
-    parse_index_form,
+    model_field_names,
     rollout_id_string,
     task_id_of,
-    verdict_attributes,
 )
+from gym_instrument.schema.rules import checks_of, outcome_attributes, verdict_attributes
 
 TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id", "task_name")
 # A verify request that has none of these carries no rollout id of its own.
@@ -213,8 +206,7 @@ class NemoGymSchema(RolloutSchema):
             try:
                 if type(verdict) is not kind:  # a result's digests share their class: looked up once
                     kind = type(verdict)
-                    known = _MODEL_FIELDS.get(kind, _UNKNOWN)
-                    names = _model_fields(kind) if known is _UNKNOWN else cast("frozenset[str] | None", known)
+                    names = model_field_names(kind)
                     is_digest = names is not None and DIGEST_FIELDS <= names
                 if is_digest:
                     task_index, rollout_index, rollout_id = verdict.task_index, verdict.rollout_index, verdict.rollout_id
@@ -242,3 +234,22 @@ class NemoGymSchema(RolloutSchema):
 
 
 SCHEMA = NemoGymSchema()
+
+
+class RunFiles:
+    """How a NeMo Gym run leaves its facts on disk, for ``gym-instrument replay``: ``<stem>.jsonl`` (one
+    row per rollout), ``<stem>_failures.jsonl`` (failed attempts), ``<stem>_materialized_inputs.jsonl``
+    (the dispatched rows, with the dataset's task ids) and ``rollout_verdicts.jsonl`` (the health pass)."""
+
+    verdicts = "rollout_verdicts.jsonl"
+    failures_suffix = "_failures"
+    materialized_suffix = "_materialized_inputs"
+    failure_class = "_ng_failure_class"  # why a failed attempt failed
+    dispatch_drained = "_ng_dispatch_drained"  # an attempt cancelled when the run was drained
+    native_task_id = "_ng_task_id"  # on the output rows of native episodes only
+    latency_ms = ("ng_perf", "total_latency_ms")  # how long the rollout took (0.7.0, observability on)
+    started_at = ("response", "created_at")  # when the model answered (seconds since the epoch)
+    row_keys = ("_ng_task_index", "reward")  # a rollout row has one of these
+
+
+RUN_FILES = RunFiles()

@@ -1,0 +1,1 @@
+"""NeMo Gym: its preset and its schema."""

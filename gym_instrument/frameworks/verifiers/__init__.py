@@ -1,0 +1,1 @@
+"""verifiers: its preset and its schema."""

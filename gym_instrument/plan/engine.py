@@ -1,0 +1,67 @@
+"""The engine's state: the :class:`Setup` one ``instrument()`` records with, swapped as a whole."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from gym_instrument import semconv
+from gym_instrument.link.memory import DispatchLinks
+from gym_instrument.record.job import JobContext
+from gym_instrument.record.recorder import Recorder
+
+
+class Setup:
+    """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting,
+    whether ended dispatches are remembered (only when a health function could ask for them), and
+    the job context of the process's environment that root dispatch spans are tied to."""
+
+    __slots__ = ("job", "links", "propagate_baggage", "recorder", "remembers")
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        links: DispatchLinks,
+        propagate_baggage: bool,
+        remembers: bool = True,
+        job: JobContext | None = None,
+    ) -> None:
+        self.recorder = recorder
+        self.links = links
+        self.propagate_baggage = propagate_baggage
+        self.remembers = remembers
+        self.job = job
+        links.on_evicted = partial(recorder.count, semconv.METRIC_LINK_EVICTIONS, None)
+
+
+class Engine:
+    """The current :class:`Setup`; ``instrument()`` swaps it, ``uninstrument()`` resets it."""
+
+    def __init__(self) -> None:
+        self.setup = Setup(Recorder(), DispatchLinks(1_000_000), True)
+        self.health_decorated = False  # a function of a role that uses links was decorated: dispatches are remembered
+
+    def configure(self, setup: Setup) -> None:
+        """Record with ``setup`` from now on (remembering dispatches anyway once a @health exists)."""
+        setup.remembers = setup.remembers or self.health_decorated
+        self.setup = setup
+
+    def expect_verdicts(self) -> None:
+        """A function of a role that looks up dispatches (``@health``) was decorated: remember dispatches from
+        now on, whatever the configuration."""
+        self.health_decorated = True
+        self.setup.remembers = True
+
+    @property
+    def recorder(self) -> Recorder:
+        return self.setup.recorder
+
+    @property
+    def links(self) -> DispatchLinks:
+        return self.setup.links
+
+    @property
+    def propagate_baggage(self) -> bool:
+        return self.setup.propagate_baggage
+
+
+ENGINE = Engine()

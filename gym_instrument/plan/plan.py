@@ -1,0 +1,380 @@
+"""The engine: one precomputed :class:`Plan` per wrapped function, one start path, one end path.
+
+At wrap time a target becomes a plan: its role (``role``), where its row sits and the condition
+its arguments must meet, the schema its attributes are read through, the user's extractors split
+into those that run at the start and at the end, and the role's capability flags as plain
+booleans. At call time one wrapper per kind of function runs it: sync, coroutine, generator,
+async generator and async context manager. Each one admits the call (:meth:`Plan.admit`), starts
+it (:meth:`Plan.start`) and ends it in exactly one idempotent place (:meth:`Active.finish`),
+reached from every exit path; the context is detached where it was attached. The extractor
+return convention (``extract``) is applied in those two places and nowhere else: a rollout id
+from a start extractor names the rollout (baggage included), an ``error.type`` from an end
+extractor marks a returned call failed.
+
+Generators: the span covers the iteration, from the first step to exhaustion, an exception or
+``close()`` (an abandoned generator is closed by the garbage collector). Its context is current
+only while the generator body runs, never in the consumer between items, so the consumer's
+own spans are not parented to it. An async context manager's span covers the body of the
+``async with``, which runs with the span current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from opentelemetry import context
+from opentelemetry.context import Context
+from opentelemetry.trace import Span
+
+from gym_instrument import compat, semconv
+from gym_instrument.compat import attach, detach
+from gym_instrument.link.identity import RolloutIdentity, named_identity
+from gym_instrument.plan.call import ArgLocator, Call
+from gym_instrument.plan.engine import ENGINE, Setup
+from gym_instrument.record.failures import FAILURES
+from gym_instrument.record.spans import end_failed, end_span
+from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Role
+from gym_instrument.schema.base import RolloutSchema
+from gym_instrument.schema.extractors import Extractor, run_extractors, runs_at_start
+from gym_instrument.schema.fields import MISSING, rollout_id_string
+
+# The object (instance, or function without one) of the gym call of a role running in a context,
+# kept under the role's own key in the context the call attaches: a nested call of the same role
+# on the same object (an override calling super(), a function reachable through two wrapped
+# names) passes through, so one call makes one span.
+_GUARD_KEYS: dict[str, str] = {}
+
+
+class TargetFacts(Protocol):
+    """What a plan reads of the target it was made for (``target.Target`` is one)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def framework(self) -> str | None: ...
+
+
+def _guard_key(role: Role) -> str:
+    key = _GUARD_KEYS.get(role.name)
+    if key is None:
+        key = _GUARD_KEYS[role.name] = context.create_key(f"gym_instrument.active.{role.name}")
+    return key
+
+
+_CANCELLATION = (asyncio.CancelledError, GeneratorExit)
+
+_NO_CONTEXT = Context()  # an Active's until Plan.start gives it its own (a Context is never changed in place)
+
+
+class Plan:
+    """Everything one wrapped function's calls need that can be known when it is wrapped."""
+
+    __slots__ = (
+        "adopts",
+        "argument_locators",
+        "armed",
+        "binds_instance",
+        "carries_rollout_id",
+        "conditions",
+        "counts_outcome",
+        "counts_reward",
+        "defaults",
+        "direct",
+        "emits",
+        "end_extractors",
+        "find_row",
+        "framework",
+        "function",
+        "function_guard",
+        "guard_key",
+        "isolates",
+        "locator",
+        "makes_call",
+        "open_span",
+        "reads_result",
+        "remembers",
+        "role",
+        "role_name",
+        "schema",
+        "span_kind",
+        "span_name",
+        "spans",
+        "start_attributes",
+        "start_extractors",
+        "target",
+        "ties_to_job",
+        "where",
+    )
+
+    def __init__(
+        self,
+        role: Role,
+        function: Callable[..., Any],
+        target: TargetFacts,
+        locator: ArgLocator,
+        conditions: Sequence[tuple[ArgLocator, Any]],
+        schema: RolloutSchema,
+        extractors: Sequence[Extractor],
+        defaults: bool,
+        binds_instance: bool,
+    ) -> None:
+        self.role = role
+        self.role_name = role.name
+        self.target = target
+        self.function = function
+        self.schema = schema
+        self.locator = locator
+        # The role's and the locator's methods, bound once: called on every call of the target.
+        self.find_row = locator.find
+        self.start_attributes = role.start_attributes
+        self.open_span = role.open_span
+        # (where the argument sits, the value it must have)
+        self.conditions = tuple(conditions)
+        self.where = f"target {target.path}"  # how failure logs name it
+        self.guard_key = _guard_key(role)
+        self.function_guard = id(function)  # the guard of a call without an instance
+        self.armed = True
+        self.binds_instance = binds_instance
+        self.spans = role.span_name is not None
+        self.adopts = role.span_name in schema.framework_spans
+        self.span_name = role.span_name
+        self.span_kind = role.span_kind
+        # A plain span started here, without the role's open_span (one call less per call): only when
+        # the role does not override it and no framework span can be adopted (Role.open_span).
+        self.direct = self.spans and not self.adopts and type(role).open_span is Role.open_span
+        self.ties_to_job = role.ties_to_job
+        self.framework = target.framework  # nemo.gym.framework on its spans, when its target names one
+        self.argument_locators: dict[str, ArgLocator] = {}  # Call.argument's, made on first use
+        self.use_extractors(extractors, defaults)
+        # The role's capability flags, as plain booleans.
+        self.counts_outcome = role.counts_outcome
+        self.counts_reward = role.counts_reward
+        self.carries_rollout_id = role.carries_rollout_id
+        self.remembers = role.remembers_dispatch
+        self.emits = role.emits_child_spans
+        self.isolates = role.isolates
+
+    def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
+        """The user's extractors, and whether the role's own attribute rules apply (a second
+        ``instrument()`` can change them on a function that stays wrapped)."""
+        # At the start (before the span, so samplers see them) or at the end. A health pass has
+        # no span of its own: all of its extractors run per verdict.
+        at_start = tuple(e for e in extractors if runs_at_start(e)) if self.spans else ()
+        self.start_extractors = at_start
+        self.end_extractors = tuple(e for e in extractors if e not in at_start)
+        self.makes_call = bool(extractors)  # a call then gets a Call for its extractors
+        self.defaults = defaults
+        self.reads_result = defaults and self.role.reads_result(self.schema)
+
+    def admit(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Context | None:
+        """The current context when this call is traced; None passes it through untouched.
+
+        Traced when something records (an SDK is set; with none, nothing else is looked at),
+        instrumentation is not suppressed, the target's conditions hold, and it is not a nested
+        call of the same role on the same object.
+        """
+        if not self.armed:
+            return None
+        try:
+            recorder = ENGINE.setup.recorder
+            if recorder.cached_tracer is None and recorder.tracer() is None:
+                return None
+            current = compat.current_context()
+            if compat.suppressed(current):
+                return None
+            for locator, expected in self.conditions:
+                value = locator.find(instance, args, kwargs)
+                if type(value) is not type(expected) or value != expected:
+                    return None
+            guard = current.get(self.guard_key)
+            if guard is not None and guard == (self.function_guard if instance is None else id(instance)):
+                return None
+        except Exception:
+            FAILURES.failed(f"the condition of the {self.role_name} role", self.where)
+            return None
+        return current
+
+    def start(self, current: Context, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Active | None:
+        """Start one admitted call: its span (none for a role without one) and its context, not yet
+        attached. None when the call is not the role's (a relay) or starting failed: it runs untouched."""
+        role = self.role
+        setup = ENGINE.setup
+        span = rollout_id = None
+        try:
+            recorder = setup.recorder
+            tracer = recorder.cached_tracer or recorder.tracer()
+            if tracer is None:
+                return None  # uninstrumented since the call was admitted
+            active = Active(self, setup)
+            call = active.call = Call(self, instance, args, kwargs) if self.makes_call else None
+            if self.spans:
+                row = self.find_row(instance, args, kwargs)
+                if row is MISSING:
+                    row = None
+                if row is None and role.relays(current):
+                    return None
+                try:
+                    attributes, identity = self.start_attributes(self, row, current)
+                except Exception:  # a schema that fails on this row: logged once, the span goes on without
+                    FAILURES.failed(f"the start rules of the {self.role_name} role", self.where)
+                    attributes, identity = {}, None
+                active.row = row
+                if identity is not None:
+                    active.identity = identity
+                    rollout_id = identity.rollout_id
+                if self.framework is not None:
+                    attributes[semconv.FRAMEWORK] = self.framework
+                if self.start_extractors:
+                    run_extractors(self.start_extractors, call, attributes, self.where)
+                    if self.carries_rollout_id:
+                        # An extractor's rollout id names the rollout, baggage included (extract's convention).
+                        extracted = rollout_id_string(attributes.get(semconv.ROLLOUT_ID))
+                        if extracted is not None and extracted != rollout_id:
+                            rollout_id = extracted
+                            active.identity = named_identity(active.identity, extracted)
+                if self.direct and (setup.job is None or not self.ties_to_job):
+                    span = active.span = tracer.start_span(self.span_name, current, self.span_kind, attributes)  # type: ignore[arg-type]  # (a role with a span has its name)
+                else:
+                    span = active.span = self.open_span(self, tracer, setup.job, current, attributes)
+        except Exception:
+            FAILURES.failed(f"the start of the {self.role_name} role", self.where)
+            return None
+        guard_key, guard = self.guard_key, self.function_guard if instance is None else id(instance)
+        try:
+            if self.isolates:
+                active.ctx = Context({guard_key: guard})
+            elif rollout_id is None:
+                active.ctx = compat.with_values(current, span, None, guard_key, guard)
+            elif setup.propagate_baggage:
+                active.ctx = compat.with_values(current, span, (semconv.BAGGAGE_ROLLOUT_ID, rollout_id), guard_key, guard)
+            else:  # in-process only: a plain context value, which no propagator writes into headers
+                in_process = compat.with_values(current, span, None, ROLLOUT_ID_CONTEXT_KEY, rollout_id)
+                active.ctx = compat.with_values(in_process, None, None, guard_key, guard)
+        except Exception:
+            FAILURES.failed(f"the context of the {self.role_name} role", self.where)
+            active.ctx = compat.with_values(current, span, None, guard_key, guard)
+        return active
+
+
+class Active:
+    """One call in flight. :meth:`finish` is the single, idempotent place it ends.
+
+    ``setup`` is fixed when the call starts: an uninstrument() while it is in flight must not send
+    its end (the reward count, the dispatch remembered for its verdict) to the next configuration.
+    ``call`` is what the plan's extractors are given (None when it has none).
+    """
+
+    __slots__ = ("call", "ctx", "done", "identity", "plan", "row", "setup", "span", "token")
+
+    def __init__(self, plan: Plan, setup: Setup) -> None:
+        self.plan = plan
+        self.setup = setup
+        self.call: Call | None = None
+        self.span: Span | None = None
+        self.identity: RolloutIdentity | None = None
+        self.row: Any = None
+        self.ctx: Context = _NO_CONTEXT  # Plan.start sets the call's own before it returns it
+        self.token: object | None = None
+        self.done = False
+
+    def attach(self) -> None:
+        self.token = attach(self.ctx)
+
+    def detach(self) -> None:
+        token, self.token = self.token, None
+        if token is not None:
+            try:
+                detach(token)
+            except Exception:
+                FAILURES.failed("detaching the context of", self.plan.where)
+
+    def finish(self, result: Any = MISSING, exception: BaseException | None = None) -> None:
+        """End the call: the role's end rules, the user's end extractors, the span, the counts."""
+        if self.done:
+            return
+        self.done = True
+        token = self.token
+        if token is not None:
+            self.token = None
+            try:
+                detach(token)
+            except Exception:
+                FAILURES.failed("detaching the context of", self.plan.where)
+        plan = self.plan
+        span = self.span
+        try:
+            if plan.emits:
+                if exception is None:
+                    plan.role.emit(self, plan, result)
+                return
+            if span is None:
+                return
+            if not span.is_recording():
+                span.end()  # sampled out: nothing to read, count or remember
+                return
+            attributes: dict[str, Any] | None = None
+            failed_as = None  # error.type an end extractor returned for a call that returned
+            if exception is None and plan.reads_result:
+                try:
+                    attributes = plan.role.on_success(plan, self.row, result)
+                except Exception:  # a schema that fails on this result: logged once, the span goes on without
+                    FAILURES.failed(f"the end rules of the {plan.role_name} role", plan.where)
+            if plan.end_extractors:
+                call: Call = self.call  # type: ignore[assignment]
+                call.result, call.exception = result, exception
+                if attributes is None:
+                    attributes = {}
+                run_extractors(plan.end_extractors, call, attributes, plan.where)
+            if attributes:
+                if exception is None:  # a failure returned as data (the schema's or an extractor's error.type)
+                    failed_as = attributes.get(semconv.ERROR_TYPE)
+                span.set_attributes(attributes)
+            setup = self.setup
+            tallies = setup.recorder.tallies
+            if failed_as is not None:
+                end_failed(span, str(failed_as))
+                outcome = tallies.error
+            elif exception is None:
+                span.end()
+                if plan.remembers and setup.remembers:
+                    identity = self.identity
+                    # identity None: the row could not be read, and nothing names the rollout.
+                    if identity is not None:
+                        setup.links.remember(span.get_span_context(), identity)
+                outcome = tallies.ok
+            else:
+                cancelled = isinstance(exception, _CANCELLATION)
+                end_span(span, exception, cancelled)
+                outcome = tallies.cancelled if cancelled else tallies.error
+            if plan.counts_reward and attributes and semconv.ROLLOUT_REWARD in attributes:
+                next(tallies.rewarded)  # (Tally: one C-level call, read by the observable counter)
+            if plan.counts_outcome:
+                next(outcome)
+        except Exception:
+            FAILURES.failed(f"the end of the {plan.role_name} role", plan.where)
+            if span is not None:
+                try:
+                    span.end()  # idempotent in the SDK: a span that already ended warns, never raises
+                except Exception:
+                    pass
+
+    # -- what a role that makes child spans may use of the call in flight (role.Emission) ------
+
+    @property
+    def links(self) -> Any:
+        return self.setup.links
+
+    def tracer(self) -> Any:
+        return self.setup.recorder.tracer()
+
+    def count(self, metric: str, attributes: dict[str, str] | None, amount: int) -> None:
+        self.setup.recorder.count(metric, attributes, amount)
+
+    def each_item(self, item: Any, attributes: dict[str, Any]) -> None:
+        call = self.call
+        if call is not None and self.plan.end_extractors:
+            call.verdict = item
+            run_extractors(self.plan.end_extractors, call, attributes, self.plan.where)

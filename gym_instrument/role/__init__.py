@@ -1,0 +1,29 @@
+"""Role: what a wrapped function does in a rollout, one small class per role, looked up in :data:`ROLES`.
+
+A role says what its span is called and of which kind, which attributes it puts on it at the start
+and at a successful end (read through the target's schema), and what else happens when a call
+ends, as capability flags the engine (``plan``) acts on. **A new role is one class (a file here)
+and one line in** :data:`ROLES`: targets accept its name, the engine runs its hooks, and its
+decorator ``gym_instrument.<name>`` comes from the table when it is asked for.
+"""
+
+from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Emission, Role, RoleCall, rollout_id_in
+from gym_instrument.role.dispatch import DispatchRole
+from gym_instrument.role.health import HealthRole
+from gym_instrument.role.isolate import IsolateRole
+from gym_instrument.role.verify import VerifyRole
+
+ROLES: dict[str, Role] = {role.name: role for role in (DispatchRole(), VerifyRole(), HealthRole(), IsolateRole())}
+
+__all__ = [
+    "ROLES",
+    "ROLLOUT_ID_CONTEXT_KEY",
+    "DispatchRole",
+    "Emission",
+    "HealthRole",
+    "IsolateRole",
+    "Role",
+    "RoleCall",
+    "VerifyRole",
+    "rollout_id_in",
+]

@@ -1,0 +1,134 @@
+"""The interface of a role, and the small protocols its hooks receive.
+
+A role says what its span is called and of which kind, which attributes it puts on it at the start
+and at a successful end (read through the target's schema), and what else happens when a call
+ends, as capability flags the engine (``plan``) acts on. Its hooks receive :class:`RoleCall` (what
+they may know of the wrapped function) and :class:`Emission` (what a role that makes child spans
+may use of the call in flight), never the engine's own objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from opentelemetry import baggage, context, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind
+
+from gym_instrument import semconv
+from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.link.memory import DispatchLinks
+from gym_instrument.record.job import JobContext, has_parent
+from gym_instrument.record.spans import FrameworkSpan, framework_span
+from gym_instrument.schema.base import RolloutSchema
+from gym_instrument.schema.fields import rollout_id_string
+
+# The rollout id when baggage is kept in-process only (OTEL_PYTHON_GYM_BAGGAGE=false): a plain
+# context value, which no propagator writes into outgoing headers.
+ROLLOUT_ID_CONTEXT_KEY = context.create_key(semconv.BAGGAGE_ROLLOUT_ID)
+
+
+def rollout_id_in(current: Context) -> str | None:
+    """The rollout id the context carries: the W3C baggage entry, else the in-process value."""
+    rollout_id = baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID, current)
+    if rollout_id is None:
+        rollout_id = context.get_value(ROLLOUT_ID_CONTEXT_KEY, current)
+    return rollout_id_string(rollout_id)
+
+
+class RoleCall(Protocol):
+    """What a role's hooks know of the wrapped function they run for."""
+
+    @property
+    def schema(self) -> RolloutSchema:
+        """How the target's framework names and scores its rollouts."""
+
+    @property
+    def defaults(self) -> bool:
+        """Whether the role's own attribute rules apply (False: only the user's extractors)."""
+
+    @property
+    def adopts(self) -> bool:
+        """Whether the framework makes its own span of the role's name around such a call."""
+
+    @property
+    def where(self) -> str:
+        """The target, as failure logs name it."""
+
+
+class Emission(Protocol):
+    """What a role that turns results into child spans may use of the call in flight."""
+
+    @property
+    def links(self) -> DispatchLinks:
+        """The remembered dispatches, for a verdict to find its dispatch span."""
+
+    def tracer(self) -> trace.Tracer | None:
+        """The tracer the call records with (None: nothing records any more)."""
+
+    def count(self, metric: str, attributes: dict[str, str] | None, amount: int) -> None:
+        """Add to a bounded metric point."""
+
+    def each_item(self, item: Any, attributes: dict[str, Any]) -> None:
+        """Run the user's end extractors for one item of the result (a verdict) into ``attributes``."""
+
+
+class Role:
+    """A role: its span, its hooks, and capability flags; most roles do little (these defaults)."""
+
+    name: str = ""
+    span_name: str | None = None  # None: no span around the call
+    span_kind: SpanKind = SpanKind.INTERNAL
+    row_names: tuple[str, ...] = ()  # where the row sits when the target does not say (else: first argument)
+    decorated = True  # gym_instrument.<name> exists as a decorator
+    # Capability flags: what the engine does when a call of this role runs and ends.
+    carries_rollout_id = False  # the call's rollout id goes into its context (baggage), for what it causes
+    counts_outcome = False  # gym.rollout.dispatches, by outcome
+    counts_reward = False  # gym.rollout.rewarded_total, when the span got a reward
+    remembers_dispatch = False  # the ended span is remembered for its health verdict
+    uses_links = False  # its calls look up remembered dispatches: remember them while such a target can run
+    emits_child_spans = False  # the result (or each item a generator yields) is turned into child spans (emit)
+    isolates = False  # the call runs in an empty context
+    ties_to_job = False  # a root span is tied to the job context the process was started with (TRACEPARENT)
+
+    def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
+        """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and
+        the rollout's identity, which names the span and its baggage whatever the rules."""
+        return {}, None
+
+    def relays(self, current: Context) -> bool:
+        """Whether a call with no row of its own, in ``current``, is not this role's (it runs untouched)."""
+        return False
+
+    def reads_result(self, schema: RolloutSchema) -> bool:
+        """Whether :meth:`on_success` has anything to read for targets of ``schema`` (asked once, at wrap time)."""
+        return type(self).on_success is not Role.on_success
+
+    def open_span(
+        self, call: RoleCall, tracer: trace.Tracer, job: JobContext | None, current: Context, attributes: dict[str, Any]
+    ) -> Span:
+        """The call's span: the framework's own span of the same name that it runs in (when the
+        target's schema says its framework makes one), a root span tied to the process's job
+        (``ties_to_job``), or a new span in the call's context.
+
+        A role that does not override this gets the plain span from the engine directly when neither
+        of the first two can apply: one call less on every call, the same span."""
+        outer = framework_span(current, self.span_name) if call.adopts and current else None  # type: ignore[arg-type]
+        if outer is not None:
+            if attributes:
+                outer.set_attributes(attributes)
+            return FrameworkSpan(outer)
+        name: str = self.span_name  # type: ignore[assignment]  # (a role with a span has its name)
+        if job is not None and self.ties_to_job and not has_parent(current):
+            # A root span in a process started for a job (TRACEPARENT): linked to it, or its child.
+            if job.as_parent:
+                return tracer.start_span(name, context=job.parent_of(current), kind=self.span_kind, attributes=attributes)
+            return tracer.start_span(name, context=current, kind=self.span_kind, attributes=attributes, links=job.links)
+        return tracer.start_span(name, context=current, kind=self.span_kind, attributes=attributes)
+
+    def on_success(self, call: RoleCall, row: Any, result: Any) -> dict[str, Any]:
+        """The span's attributes from a returned result (the role's own rules are on)."""
+        return {}
+
+    def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
+        """Child spans from a result (``emits_child_spans`` roles), or from each item a generator yields."""

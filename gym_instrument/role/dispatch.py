@@ -1,0 +1,43 @@
+"""``dispatch``: one span around each rollout attempt sent to an agent or environment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import baggage, context
+from opentelemetry.context import Context
+
+from gym_instrument import semconv
+from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Role, RoleCall
+from gym_instrument.schema.base import RolloutSchema
+from gym_instrument.schema.rules import identity_attributes
+
+
+class DispatchRole(Role):
+    name = semconv.ROLE_DISPATCH
+    span_name = semconv.SPAN_DISPATCH
+    row_names = ("row", "json")
+    carries_rollout_id = True
+    counts_outcome = True
+    remembers_dispatch = True
+    ties_to_job = True
+
+    def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
+        identity = call.schema.identity(row)
+        return (identity_attributes(identity) if call.defaults else {}), identity
+
+    def relays(self, current: Context) -> bool:
+        # A relay of a rollout already in flight (NeMo Gym 0.7.0's environment server forwards the
+        # agent's /run as bytes): no row of its own, and the context already names a rollout. It is
+        # not a new dispatch; the HTTP spans around it keep the trace unbroken.
+        return (
+            baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID, current) is not None
+            or context.get_value(ROLLOUT_ID_CONTEXT_KEY, current) is not None
+        )
+
+    def reads_result(self, schema: RolloutSchema) -> bool:
+        return type(schema).dispatch_end_attributes is not RolloutSchema.dispatch_end_attributes
+
+    def on_success(self, call: RoleCall, row: Any, result: Any) -> dict[str, Any]:
+        return call.schema.dispatch_end_attributes(row, result)

@@ -1,0 +1,95 @@
+"""``health``: no span around the health pass itself; one child span per verdict of a traced dispatch.
+
+:func:`verdict_spans` is the one place a verdict becomes a ``gym.rollout.health`` span under its
+ended dispatch: the live health role and ``gym-instrument replay`` both go through it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry import context, trace
+from opentelemetry.trace import NonRecordingSpan
+
+from gym_instrument import semconv
+from gym_instrument.compat import parents_in
+from gym_instrument.link.memory import DispatchLinks
+from gym_instrument.role.base import Emission, Role, RoleCall
+from gym_instrument.schema.base import RolloutSchema
+
+_VERDICT_ATTRIBUTES = {verdict: {"verdict": verdict} for verdict in (*semconv.KNOWN_VERDICTS, semconv.VERDICT_OTHER)}
+
+
+def verdict_spans(
+    tracer: trace.Tracer,
+    links: DispatchLinks,
+    schema: RolloutSchema,
+    verdicts: Sequence[Any],
+    spanned: list[Any],
+    *,
+    defaults: bool = True,
+    each: Callable[[Any, dict[str, Any]], None] | None = None,
+    start_time: int | None = None,
+) -> None:
+    """One ``gym.rollout.health`` span per verdict whose dispatch is remembered in ``links``, a child
+    of that ended dispatch span (found and forgotten: at most one span per dispatch). A verdict of a
+    rollout never traced here makes no span (no orphan root span). The verdict name of each span
+    made is appended to ``spanned`` as it is made. ``each(verdict, attributes)``: the user's
+    extractors, per verdict. ``start_time``: when the spans start and end (default: now)."""
+    # Each health span's parent is an ended dispatch span: set in (a copy of) the current context, not made current.
+    parent_of = parents_in(context.get_current())
+    facts = schema.verdict_facts(verdicts)
+    found = links.take_many([name for name, _ in facts])
+    for verdict, (_, own), link in zip(verdicts, facts, found, strict=True):
+        if link is None:
+            continue  # never traced here (or evicted): no orphan root span
+        attributes = own if defaults else {}
+        if each is not None:
+            each(verdict, attributes)
+        attributes[semconv.ROLLOUT_ID] = link[1]
+        tracer.start_span(
+            semconv.SPAN_HEALTH,
+            context=parent_of(NonRecordingSpan(link[0])),
+            kind=trace.SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=start_time,
+        ).end(start_time)
+        spanned.append(attributes.get(semconv.HEALTH_VERDICT))
+
+
+def verdict_counts(spanned: Sequence[Any]) -> list[tuple[dict[str, str], int]]:
+    """The bounded metric points of a pass's verdicts: known verdict names, every other one as ``other``."""
+    tally: Counter[str] = Counter()
+    for name, count in Counter(spanned).items():
+        tally[name if name in semconv.KNOWN_VERDICTS else semconv.VERDICT_OTHER] += count
+    return [(_VERDICT_ATTRIBUTES[name], count) for name, count in tally.items()]
+
+
+class HealthRole(Role):
+    """No span around the health pass itself: one child span per verdict of a traced dispatch."""
+
+    name = semconv.ROLE_HEALTH
+    row_names = ("rollout_paths",)
+    emits_child_spans = True
+    uses_links = True
+
+    def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
+        tracer = emission.tracer()
+        if tracer is None:
+            return
+        spanned: list[Any] = []  # the verdict name of each span, counted once per pass (the same sums)
+        try:
+            verdict_spans(
+                tracer,
+                emission.links,
+                call.schema,
+                [*call.schema.verdicts(result)],
+                spanned,
+                defaults=call.defaults,
+                each=emission.each_item,
+            )
+        finally:
+            for attributes, count in verdict_counts(spanned):
+                emission.count(semconv.METRIC_VERDICTS, attributes, count)

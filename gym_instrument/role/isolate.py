@@ -1,0 +1,20 @@
+"""``isolate``: a request boundary that runs in an empty OpenTelemetry context."""
+
+from __future__ import annotations
+
+from gym_instrument import semconv
+from gym_instrument.role.base import Role
+
+
+class IsolateRole(Role):
+    """A request boundary: the call runs in an empty OpenTelemetry context, with no gym call active.
+
+    uvicorn can start a keep-alive connection's next request inside the context of the previous
+    one (its task is created from a transport callback that ran in that context); the ASGI
+    middleware would then parent the request to the previous request's ended span and ignore
+    its own ``traceparent`` and ``baggage``, so a verify would carry another rollout's id.
+    """
+
+    name = semconv.ROLE_ISOLATE
+    decorated = False
+    isolates = True

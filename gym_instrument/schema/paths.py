@@ -1,0 +1,108 @@
+"""Field paths of the declarative form: ``row``, ``arg.NAME``, ``self`` or ``result``, then
+``.field`` and ``[N]`` steps. Nothing is evaluated: a path that does not resolve is MISSING."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from gym_instrument.schema.fields import MISSING, field, is_a
+
+_ROOT = re.compile(r"^(row|self|result|arg\.([A-Za-z_]\w*))")
+_STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(-?\d+)\]")
+
+
+class CallView(Protocol):
+    """What a path reads of one call (the engine's ``Call`` is one)."""
+
+    @property
+    def row(self) -> Any: ...
+
+    @property
+    def instance(self) -> Any: ...
+
+    @property
+    def result(self) -> Any: ...
+
+    def argument(self, name: str) -> Any: ...
+
+
+class FieldPath:
+    """A parsed path such as ``result.attempts[-1].failures[-1].kind``; read with :meth:`read`."""
+
+    __slots__ = ("argument", "root", "steps", "text")
+
+    def __init__(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise ValueError(f"a path must be a string, got {text!r}")
+        match = _ROOT.match(text)
+        if match is None:
+            raise ValueError(f"path {text!r} must start with row, arg.NAME, self or result")
+        steps: list[str | int] = []
+        position = match.end()
+        while position < len(text):
+            step = _STEP.match(text, position)
+            if step is None:
+                raise ValueError(f"path {text!r}: expected .field or [N] at {text[position:]!r}")
+            name, index = step.groups()
+            if name is not None and name.startswith("__"):
+                raise ValueError(f"path {text!r}: {name!r} is not readable (a name starting with __)")
+            steps.append(name if name is not None else int(index))
+            position = step.end()
+        self.text = text
+        self.root = match.group(1).partition(".")[0]
+        self.argument = match.group(2)
+        self.steps = tuple(steps)
+
+    def read(self, call: CallView) -> Any:
+        """The value at this path for one call, or MISSING."""
+        root = self.root
+        if root == "row":
+            value = call.row
+        elif root == "arg":
+            value = call.argument(self.argument)
+        elif root == "self":
+            value = call.instance
+        else:
+            value = call.result
+        for step in self.steps:
+            if value is MISSING or value is None:
+                return MISSING
+            value = read_item(value, step) if type(step) is int else read_attribute(value, step)  # type: ignore[arg-type]
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FieldPath) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"FieldPath({self.text!r})"
+
+
+def read_attribute(value: Any, name: str) -> Any:
+    """``value``'s field ``name`` (a mapping key, a pydantic field or extra, an attribute), else a
+    property its class defines; MISSING when absent or unreadable."""
+    found = field(value, name)
+    if found is not MISSING or is_a(value, Mapping):
+        return found
+    # A property (a computed reward, say) is not a field: read it when the class defines one.
+    try:
+        if isinstance(inspect.getattr_static(type(value), name, None), property):
+            return getattr(value, name)
+    except Exception:
+        pass
+    return MISSING
+
+
+def read_item(value: Any, index: int) -> Any:
+    """Item ``index`` of a list or tuple (negative from the end), else MISSING."""
+    if not is_a(value, (list, tuple)):
+        return MISSING
+    try:
+        return value[index] if -len(value) <= index < len(value) else MISSING
+    except Exception:
+        return MISSING

@@ -1,0 +1,132 @@
+"""The attribute rules of SPEC sections 2-4, one each, for every schema and every declared rule.
+
+A framework's schema reads its own fields and hands the values to these rules; a declared
+attribute rule (``[targets.start]`` / ``[targets.end]``) converts what its path read with the rule
+of the same attribute name (:data:`CONVERSIONS`). The rules are written here once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gym_instrument import semconv
+from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.record.attributes import utf8_safe
+from gym_instrument.schema.fields import field, index_value, is_a, plain_str, render_task_id, rollout_id_string
+
+
+def identity_attributes(identity: RolloutIdentity) -> dict[str, Any]:
+    """SPEC section 2: a dispatch span's task id, indices, rollout id and agent name."""
+    attributes: dict[str, Any] = {}
+    if identity.task_id is not None:
+        attributes[semconv.TASK_ID] = identity.task_id
+    if identity.rollout_index is not None:
+        attributes[semconv.ROLLOUT_REPEAT] = identity.rollout_index
+    if identity.task_index is not None:
+        attributes[semconv.TASK_INDEX] = identity.task_index
+    if identity.attempt is not None:
+        attributes[semconv.ROLLOUT_ATTEMPT] = identity.attempt
+    if identity.rollout_id is not None:
+        attributes[semconv.ROLLOUT_ID] = identity.rollout_id
+    if identity.agent_name is not None:
+        attributes[semconv.AGENT_NAME] = identity.agent_name
+    return attributes
+
+
+def numeric_reward(value: Any) -> float | None:
+    """A reward as a float when it is a number (int or float, not bool) and finite; else None."""
+    kind = type(value)
+    if kind is bool or not issubclass(kind, (int, float)):
+        return None
+    try:
+        # float subclasses (numpy.float64) count; their own __float__ is not trusted
+        reward = float.__float__(value) if issubclass(kind, float) else int.__float__(value)
+    except OverflowError:
+        return None
+    return reward if math.isfinite(reward) else None
+
+
+def outcome_attributes(reward: Any, masked: Any, failure_kind: Any) -> dict[str, Any]:
+    """SPEC section 3: a verify span's reward (numeric, finite, unmasked only), masked flag and failure kind."""
+    attributes: dict[str, Any] = {}
+    if masked is not True:
+        value = numeric_reward(reward)
+        if value is not None:
+            attributes[semconv.ROLLOUT_REWARD] = value
+    if type(masked) is bool:
+        attributes[semconv.VERIFY_MASKED] = masked
+    kind = rollout_id_string(failure_kind)
+    if kind is not None:
+        attributes[semconv.FAILURE_KIND] = kind
+    return attributes
+
+
+def checks_of(findings: Any, check_field: str = "check") -> list[str]:
+    """Sorted, distinct check ids of a list of findings."""
+    if not is_a(findings, (list, tuple)):
+        return []
+    checks = set()
+    try:
+        for finding in findings:
+            check = field(finding, check_field)
+            if type(check) is not str or not check.isascii():
+                check = rollout_id_string(check)
+            if check:
+                checks.add(check)
+    except Exception:  # findings that cannot be read are no findings
+        return []
+    return sorted(checks)
+
+
+def verdict_attributes(name: Any, checks: list[str]) -> dict[str, Any]:
+    """SPEC section 4: a health span's verdict name and its sorted distinct failed checks."""
+    attributes: dict[str, Any] = {semconv.HEALTH_CHECKS: checks}
+    text = plain_str(name)
+    if text is not None:
+        attributes[semconv.HEALTH_VERDICT] = text if text.isascii() else utf8_safe(text)
+    return attributes
+
+
+# What names the dispatch a verdict belongs to: (rollout id, task index, rollout index), any may be None.
+VerdictName = tuple["str | None", "int | None", "int | None"]
+# A verdict as the health role reads it: its name and its span's attributes.
+VerdictFacts = tuple[VerdictName, dict[str, Any]]
+
+
+def _strict_bool(value: Any) -> bool | None:
+    return value if type(value) is bool else None
+
+
+def _plain_value(value: Any) -> Any:
+    """Any other attribute: a scalar or a list of scalars (checked again before it reaches a span)."""
+    if type(value) in (str, bool, int, float):
+        return value
+    if is_a(value, str):
+        return rollout_id_string(value)
+    if is_a(value, (list, tuple)) and all(type(item) in (str, bool, int, float) for item in value):
+        return list(value)
+    return None
+
+
+# The rule of each attribute SPEC names, whichever framework it comes from.
+CONVERSIONS: Mapping[str, Callable[[Any], Any]] = {
+    semconv.TASK_ID: render_task_id,
+    semconv.TASK_INDEX: index_value,
+    semconv.ROLLOUT_REPEAT: index_value,
+    semconv.ROLLOUT_ATTEMPT: index_value,
+    semconv.ROLLOUT_ID: rollout_id_string,
+    semconv.AGENT_NAME: rollout_id_string,
+    semconv.ROLLOUT_REWARD: numeric_reward,
+    semconv.VERIFY_MASKED: _strict_bool,
+    semconv.FAILURE_KIND: rollout_id_string,
+    semconv.FRAMEWORK: rollout_id_string,
+    semconv.ERROR_TYPE: rollout_id_string,
+}
+
+
+def convert(name: str, value: Any) -> Any:
+    """``value`` by the rule of the attribute ``name`` (any other name: a scalar or a list of
+    scalars), or None when it fails the rule."""
+    return CONVERSIONS.get(name, _plain_value)(value)

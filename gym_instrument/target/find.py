@@ -1,0 +1,79 @@
+"""Whether a target can be found in this interpreter, without importing anything to find out."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gym_instrument.target.target import Target
+
+
+def check_importable(target: Target) -> str | None:
+    """Why a target's module cannot be found, or None. Nothing is imported to find out: a
+    package's modules are looked up on its path, the way the import system would."""
+    import importlib.util
+
+    top, *parts = target.module.split(".")
+    try:
+        spec = getattr(sys.modules[top], "__spec__", None) if top in sys.modules else importlib.util.find_spec(top)
+    except (ImportError, ValueError) as error:
+        return f"target {target}: cannot import {top!r}: {error}"
+    if spec is None and top not in sys.modules:
+        return f"target {target}: no module named {top!r}"
+    name = top
+    for part in parts:
+        parent, name = name, f"{name}.{part}"
+        if name in sys.modules:
+            spec = getattr(sys.modules[name], "__spec__", None)
+            continue
+        module = sys.modules.get(parent)
+        locations = getattr(module, "__path__", None) if module is not None else getattr(spec, "submodule_search_locations", None)
+        if locations is None:
+            return None if spec is None else f"target {target}: no module named {name!r} ({parent!r} is not a package)"
+        spec = _find_submodule(name, list(locations))
+        if spec is None:
+            return f"target {target}: no module named {name!r}"
+    return None
+
+
+def _find_submodule(name: str, locations: list[str]) -> Any:
+    """The spec the import system's finders give for a submodule on its package's path, or None."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        try:
+            spec = find_spec(name, locations)
+        except Exception:
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def target_problem(target: Target) -> str | None:
+    """Why a target cannot be instrumented here, or None. Nothing is imported to find out: its
+    module must be findable, and when that module is already imported it must define the function."""
+    return check_importable(target) or _missing_attribute(target)
+
+
+def _missing_attribute(target: Target) -> str | None:
+    """Why a target whose module is already imported cannot be found there, or None."""
+    module = sys.modules.get(target.module)
+    if module is None:
+        return None  # found when its module is imported (post-import hook)
+    owner: Any = module
+    *owner_path, attribute = target.qualname.split(".")
+    for part in owner_path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
+    try:
+        defined_here = attribute in vars(owner)
+    except TypeError:
+        defined_here = False
+    if defined_here:
+        return None
+    if getattr(owner, attribute, None) is not None:  # patching it would need the class that defines it
+        return f"target {target}: {target.qualname!r} is inherited, not defined there; target the class that defines it"
+    return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
