@@ -37,7 +37,7 @@ clean:
 bench: venv
 	$(BIN)/python benchmarks/run.py
 
-# A whole real NeMo Gym 0.7.0 run three ways (none / contrib / full), in e2e's venv; not part of `make test`.
+# A whole real NeMo Gym 0.7.0 run four ways (none / contrib / full / lean), in e2e's venv; not part of `make test`.
 # It waits up to 10 minutes for a quiet machine, then refuses: BENCH_E2E_ARGS=--force runs anyway (and says so).
 bench-e2e:
 	$(PYTHON) -m benchmarks.whole_run --wait 600 $(BENCH_E2E_ARGS)

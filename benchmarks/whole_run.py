@@ -1,8 +1,8 @@
-"""What a whole real run costs (issue 14): ``make bench-e2e`` runs real NeMo Gym 0.7.0 collections three ways.
+"""What a whole real run costs (issue 14): ``make bench-e2e`` runs real NeMo Gym 0.7.0 collections four ways.
 
 From the checkout's root (``-m`` puts it on the path: the harness, ``gym_harness.bench``, is imported by name):
 
-    python3 -m benchmarks.whole_run                 # 100 tasks x 4 repeats, concurrency 64, 18 rounds in 3 blocks
+    python3 -m benchmarks.whole_run                 # 100 tasks x 4 repeats, concurrency 64, 16 rounds in 4 blocks
     python3 -m benchmarks.whole_run --quick         # 4 tasks x 2, 1 round: proves the harness runs
     python3 -m benchmarks.whole_run --profile       # yappi in every Gym server for one round per configuration
     python3 -m benchmarks.whole_run --force         # run on a busy machine (the results say so)
@@ -24,15 +24,20 @@ can put a configuration above its twin; over blocks that averages out. The confi
 - ``none``: plain ``gym``, no launcher;
 - ``contrib``: ``opentelemetry-instrument`` with this package disabled
   (``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym``): the FastAPI and aiohttp-client spans;
-- ``full``: ``opentelemetry-instrument`` with this package's default preset.
+- ``full``: ``opentelemetry-instrument`` with this package's default preset;
+- ``lean``: full with the settings a NeMo Gym user should run with: Ray's cluster started without the
+  launcher (``ray start`` in a plain environment, given to Gym as ``+ray_head_node_address``), so that
+  Ray's processes carry no OpenTelemetry; the package's spans are the same as full's. FastAPI's
+  ``http send``/``http receive`` spans would belong here too, but opentelemetry-instrumentation-fastapi
+  0.66b1 has no variable for its ``exclude_spans`` (``gym_harness/bench/workload.py``, LEAN_SETTINGS).
 
 Per configuration and block one untimed warm-up collection, then rounds in which every
-configuration collects once, the rounds taking every order of the configurations in turn (each
+configuration collects once, the rounds taking balanced orders of the configurations in turn (each
 runs in every position and directly after each other equally often). Per collection: the collector's wall time (start to
 exit of ``gym eval run --no-serve``) and the CPU time of every process of the configuration (the
 collector from ``wait4``; the servers, Ray's processes, the model and the receiver from
 ``/proc/<pid>/stat``, utime + stime + reaped children's, after minus before), and the spans the
-receiver got per rollout, by name. Ratios are taken within a round (contrib / none, full / contrib)
+receiver got per rollout, by name. Ratios are taken within a round (contrib / none, full / contrib, lean / contrib, lean / none)
 and the table gives their min / median / max over rounds. Every configuration must write the same
 rows with the same rewards per task in the same round (the scripted model's answers depend only on
 how often it has seen a prompt); a difference fails the run.

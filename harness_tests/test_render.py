@@ -53,6 +53,8 @@ def test_the_report_has_ratios_shares_spans_and_the_profile_breakdown() -> None:
     }
     text = render.report(workload.FULL, collections, spans, ["- Machine: test"], False, False, 60.0, profiles, price)
     assert "| full | " in text and "full / contrib" in text and "contrib / none" in text
+    assert "; the rounds take every order of the configurations in turn (" in text  # three: every order
+    assert "Further ratios" not in text and "| lean |" not in text  # a run without lean reads as before
     assert "1.043 / 1.050 / 1.057" in text  # full / contrib wall, min / median / max of 7.3/7 and 7.4/7
     # the goal, judged on those medians: wall 7.35/7, CPU 9.2/9 in both rounds
     assert "**Goal: full / contrib <= 1.02**, the median of 2 rounds' ratios: wall time 1.050 (**NOT met**;" in text
@@ -164,10 +166,51 @@ def test_the_report_gives_full_over_contrib_per_block() -> None:
     assert "block 2 (rounds 3 to 4): wall 0.990, CPU 0.990" in line
     assert render.block_lines([c for c in collections if c.block == 1]) == []  # one block: nothing to set side by side
     text = render.report(workload.FULL, collections, {}, ["- Machine: test"], False, False, 60.0, [])
-    assert "18 round(s) in 3 block(s), every configuration started afresh for each block" in text
+    assert "16 round(s) in 4 block(s), every configuration started afresh for each block" in text
     assert "**By block**" in text
     together = render.report(
         dataclasses.replace(workload.FULL, together=True), collections, {}, ["- Machine: test"], False, False, 60.0, []
     )
     assert "in every round all configurations collect at the same moment" in together
     assert "in every round all configurations" not in text
+
+
+def _four(lean_cpu: float) -> list[stats.Collection]:
+    collections = []
+    for number in (1, 2):
+        for name, wall, cpu in (
+            ("none", 5.0, 6.0),
+            ("contrib", 7.0, 9.0),
+            ("full", 7.2, 9.2),
+            ("lean", 6.3 + number / 10, lean_cpu),
+        ):
+            collections.append(stats.Collection(name, number, 400, wall, Counter({"collector": cpu}), 0.0, {0: [1.0]}, Counter()))
+    return collections
+
+
+def test_the_report_gives_lean_against_contrib_in_its_row_and_against_none_below() -> None:
+    spans = {
+        "contrib": Counter({"POST /run": 800 * 43}),
+        "full": Counter({"POST /run": 800 * 43, "gym.verify": 800, "gym.rollout.dispatch": 800}),
+        "lean": Counter({"POST /run": 800 * 43, "gym.verify": 800, "gym.rollout.dispatch": 800}),
+    }
+    text = render.report(workload.FULL, _four(8.1), spans, ["- Machine: test"], False, False, 60.0, [])
+    assert "; the rounds take the orders of a balanced Latin square of the configurations in turn (" in text
+    row = next(line for line in text.splitlines() if line.startswith("| lean |"))
+    assert "Ray's cluster started without the launcher" in row
+    assert "| lean / contrib | 0.914 / 0.921 / 0.929 | 0.900 / 0.900 / 0.900 |" in row  # 6.4/7, 6.5/7; 8.1/9
+    assert "lean / none wall 1.280 / 1.290 / 1.300, CPU 1.350 / 1.350 / 1.350" in text  # 6.4/5, 6.5/5; 8.1/6
+    assert "| process group | none | contrib | full | lean | full - contrib |" in text
+    assert "| `gym.verify` | 0.00 | 1.00 | 1.00 |" in text  # contrib, full, lean
+    assert (
+        "lean kept the package's spans as full makes them, per rollout: `gym.rollout.dispatch` 1.00, `gym.verify` 1.00." in text
+    )
+
+
+def test_the_report_says_when_lean_lost_some_of_the_package_s_spans() -> None:
+    spans = {"full": Counter({"gym.verify": 800, "gym.rollout.health": 800}), "lean": Counter({"gym.verify": 800})}
+    lines = render.lean_spans_lines(_four(8.1), spans)
+    assert lines == [
+        "**lean's spans of the package differ from full's** (per rollout): `gym.rollout.health` full 1.00, lean 0.00."
+    ]
+    assert render.lean_spans_lines([c for c in _four(8.1) if c.configuration != "lean"], spans) == []  # no lean: no line

@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from gym_harness import processes
 from gym_harness.bench import running, workload
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,3 +78,21 @@ def test_a_start_up_hook_runs_in_a_fresh_interpreter_and_leaves_nothing_once_rem
     assert any(running.GC_HOOK in path.name for path in (site / "__pycache__").iterdir())
     running.remove_hook(site, running.GC_HOOK)
     assert [path.name for path in site.rglob("*") if running.GC_HOOK in path.name] == []  # bytecode too
+
+
+def test_lean_starts_its_ray_cluster_without_the_launcher_or_opentelemetry() -> None:
+    launcher = ["/v/bin/opentelemetry-instrument", "--"]
+    env = {
+        **workload.configuration_env("lean", {"OTEL_SERVICE_NAME": "x", processes.RUN_MARKER_VAR: "m"}),
+        "GYM_BENCH_GC_DIR": "/w/gc",
+        "GYM_BENCH_PROFILE_DIR": "/w/p",
+    }
+    command, ray_env = running.ray_start_as("lean", launcher, env)
+    assert command == []
+    assert [k for k in ray_env if k.startswith(("OTEL_", "GYM_BENCH_PROFILE"))] == []
+    # Still one of the run's processes: found by its marker, its GC pauses counted, like every configuration's Ray.
+    assert ray_env[processes.RUN_MARKER_VAR] == "m" and ray_env["GYM_BENCH_GC_DIR"] == "/w/gc"
+    for name in ("contrib", "full"):  # under the launcher, as `gym env start` would start it
+        assert running.ray_start_as(name, launcher, env) == (launcher, env)
+    none = workload.configuration_env("none", env)
+    assert running.ray_start_as("none", [], none) == ([], none)  # no launcher anywhere, nothing taken away

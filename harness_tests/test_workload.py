@@ -9,7 +9,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from gym_harness import model_server
+from gym_harness import model_server, processes
 from gym_harness.bench import workload
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,6 +61,18 @@ def test_every_order_in_turn_balances_positions_and_who_runs_right_after_whom() 
     assert workload.round_orders(("contrib", "full"), 4) == [("contrib", "full"), ("full", "contrib")] * 2
 
 
+def test_four_configurations_take_a_balanced_turn_of_four_rounds() -> None:
+    orders = workload.round_orders(workload.CONFIGURATIONS, workload.FULL.rounds)
+    assert len(workload.CONFIGURATIONS) == 4 and len(orders) == 16
+    for block in workload.blocks_of(workload.FULL.rounds, workload.FULL.blocks):  # each block one whole turn
+        turn = [orders[number - 1] for number in block]
+        assert len(turn) == 4 and all(sorted(order) == sorted(workload.CONFIGURATIONS) for order in turn)
+        positions = Counter((order.index(name), name) for order in turn for name in workload.CONFIGURATIONS)
+        assert set(positions.values()) == {1} and len(positions) == 16  # every configuration in every position once
+        adjacent = Counter(pair for order in turn for pair in itertools.pairwise(order))
+        assert set(adjacent.values()) == {1} and len(adjacent) == 12  # each one right after each other one once
+
+
 def test_blocks_split_the_rounds_evenly_and_in_order() -> None:
     assert workload.blocks_of(18, 3) == [list(range(1, 7)), list(range(7, 13)), list(range(13, 19))]
     assert workload.blocks_of(7, 3) == [[1, 2, 3], [4, 5], [6, 7]]
@@ -82,3 +94,26 @@ def test_a_variant_run_sets_its_variables_in_full_alone() -> None:
     assert "OTEL_PYTHON_GYM_BAGGAGE" not in workload.configuration_env("none", base, "no-baggage")
     assert workload.configuration_env("full", base, "drop-ours")["OTEL_TRACES_SAMPLER"] == workload.SAMPLER_MODULE
     assert "OTEL_TRACES_SAMPLER" not in workload.configuration_env("contrib", base, "drop-ours")
+
+
+# What the run's processes get from e2e's environment (gym_harness.environment.base_env), in short.
+BASE = {
+    "PATH": "/v/bin:/bin",
+    processes.RUN_MARKER_VAR: "m",
+    "OTEL_SERVICE_NAME": "nemo-gym-e2e",
+    "OTEL_TRACES_EXPORTER": "otlp",
+    "OTEL_BSP_SCHEDULE_DELAY": "200",
+    "OTEL_PYTHON_AIOHTTP_CLIENT_EXCLUDED_URLS": "/api/healthz",
+}
+
+
+def test_lean_runs_full_s_environment_with_exactly_the_lean_settings() -> None:
+    from gym_instrument.config import GymConfig
+
+    full = workload.configuration_env("full", BASE)
+    lean = workload.configuration_env("lean", BASE)
+    assert lean == {**full, **dict(workload.LEAN_SETTINGS)}  # nothing else added, nothing taken away
+    # The package reads the same settings in lean as in full: its spans are the same.
+    assert GymConfig.resolve({}, environ=lean) == GymConfig.resolve({}, environ=full)
+    assert "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS" not in lean
+    assert workload.configuration_env("lean", BASE, "no-baggage") == lean  # a variant is full's alone

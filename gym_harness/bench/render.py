@@ -27,6 +27,7 @@ from gym_harness.bench.stats import (
 )
 from gym_harness.bench.workload import (
     CONFIGURATIONS,
+    LEAN_SETTINGS,
     RATIOS,
     RELEASE,
     SETTLE_SECONDS,
@@ -154,13 +155,14 @@ def report(
     profiles: list[Profile],
     price: dict[str, Any] | None = None,
 ) -> str:
+    slotted = slotting(workload, len(_present(collections)))
     lines = [
         "## A whole real run: NeMo Gym 0.7.0 end to end",
         "",
         "`make bench-e2e` (`benchmarks/whole_run.py`; `make bench` keeps this section as it is): real `gym env start` and "
         f"`gym eval run --no-serve` collections of {workload.rollouts} mcqa rollouts ({workload.tasks} tasks x "
         f"{workload.repeats}), concurrency {workload.concurrency}, model-call capture and the health pass on, against a "
-        f"scripted model on 127.0.0.1; each configuration with its own servers, receiver and model; {slotting(workload)}; "
+        f"scripted model on 127.0.0.1; each configuration with its own servers, receiver and model; {slotted}; "
         f"{workload.rounds} round(s) in {len(blocks_of(workload.rounds, workload.blocks))} block(s), every configuration "
         f"started afresh for each block{', with one untimed warm-up each' if workload.warmup else ', no warm-up'}. "
         "Ratios are taken within a round; min / median / max over rounds. CPU is every process of the "
@@ -184,6 +186,8 @@ def report(
         "contrib": "`opentelemetry-instrument`, `OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym`",
         "full": "`opentelemetry-instrument` with this package's preset"
         + ("" if workload.variant is None else f", {VARIANTS[workload.variant].what}"),
+        "lean": "full, with Ray's cluster started without the launcher (`ray start` in a plain environment)"
+        + "".join(f", `{variable}={value}`" for variable, value in LEAN_SETTINGS),
     }
     for name in CONFIGURATIONS:
         mine = [c for c in collections if c.configuration == name]
@@ -244,11 +248,17 @@ def report(
     if pauses:
         lines += [*pauses, ""]
     lines += [*span_table(collections, spans), ""]
+    kept = lean_spans_lines(collections, spans)
+    if kept:
+        lines += [*kept, ""]
     lines += [*share_lines(collections, spans, price), ""]
     lines += outcome_lines(collections)
     if profiles:
         lines += ["", *profile_lines(profiles)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+PACKAGE_SPANS = "gym."  # the package's span names start so
 
 
 def _pairs(collections: list[Collection]) -> list[tuple[str, str]]:
@@ -270,18 +280,19 @@ def variant_heading(text: str, workload: Workload) -> str:
     return text.replace("`make bench-e2e` (", f"`make bench-e2e BENCH_E2E_ARGS='{arguments}'` (", 1)
 
 
-def slotting(workload: Workload) -> str:
-    """How a round's collections share the machine, for the report."""
+def slotting(workload: Workload, configurations: int = 3) -> str:
+    """How a round's collections share the machine, for the report (``configurations``: how many ran)."""
+    orders = "every order" if configurations % 2 else "the orders of a balanced Latin square"  # round_orders
     if workload.together:
         return (
             "in every round all configurations collect at the same moment (their collectors started a few "
-            "milliseconds apart, in an order that takes every order in turn), sharing the machine's CPUs: every "
+            f"milliseconds apart, in an order that takes {orders} in turn), sharing the machine's CPUs: every "
             "figure is higher than alone, and the machine's changing speed slows them all alike; their processes "
             f"are stopped (SIGSTOP) between rounds and resumed {THAW_SECONDS:g} s before them"
         )
     return (
         f"its processes stopped (SIGSTOP) while another collects and resumed {THAW_SECONDS:g} s before its own "
-        "collections; the rounds take every order of the configurations in turn (each runs in every position, and "
+        f"collections; the rounds take {orders} of the configurations in turn (each runs in every position, and "
         "directly after each other, equally often)"
     )
 
@@ -398,6 +409,28 @@ def span_table(collections: list[Collection], spans: dict[str, Counter[str]]) ->
     return lines
 
 
+def lean_spans_lines(collections: list[Collection], spans: dict[str, Counter[str]]) -> list[str]:
+    """Whether lean kept the package's spans as full makes them: its `gym.*` spans per rollout beside full's."""
+    rollouts = {n: sum(c.rollouts for c in collections if c.configuration == n) for n in ("full", "lean")}
+    if not all(rollouts.values()):
+        return []
+
+    def ours(name: str) -> dict[str, float]:
+        counts = spans.get(name, Counter())
+        return {span: count / rollouts[name] for span, count in sorted(counts.items()) if span.startswith(PACKAGE_SPANS)}
+
+    full, lean = ours("full"), ours("lean")
+    listed = ", ".join(f"`{span}` {per_rollout:.2f}" for span, per_rollout in full.items())
+    differ = [
+        f"`{span}` full {full.get(span, 0.0):.2f}, lean {lean.get(span, 0.0):.2f}"
+        for span in sorted(set(full) | set(lean))
+        if abs(full.get(span, 0.0) - lean.get(span, 0.0)) > 1e-9
+    ]
+    if differ:
+        return ["**lean's spans of the package differ from full's** (per rollout): " + "; ".join(differ) + "."]
+    return [f"lean kept the package's spans as full makes them, per rollout: {listed}."]
+
+
 def outcome_lines(collections: list[Collection]) -> list[str]:
     verdicts = {name: Counter() for name in CONFIGURATIONS}  # type: dict[str, Counter[str]]
     for c in collections:
@@ -458,7 +491,7 @@ def share_lines(collections: list[Collection], spans: dict[str, Counter[str]], p
         lines += [
             "",
             "**What OpenTelemetry itself charges for what SPEC requires**, measured alone on this run's spans "
-            "(`benchmarks/span_price.py`: full's first timed round made again with the SDK, no instrumentation running, "
+            "(`gym_harness/bench/span_price.py`: full's first timed round made again with the SDK, no instrumentation running, "
             "through a `BatchSpanProcessor` and the OTLP/HTTP exporter to a fresh `oteltap`, paced over the collection's "
             "wall time; with the package's spans and without them, side by side):",
             "",

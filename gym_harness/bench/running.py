@@ -108,6 +108,15 @@ class Configuration:
         return ["+observability_enabled=true", f"+model_call_capture_dir={self.capture_dir}"]
 
 
+def ray_start_as(name: str, launcher: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """How a configuration's ``ray start`` runs: the launcher and the environment of its other processes, or
+    (RAY_WITHOUT_LAUNCHER) none and that environment without OpenTelemetry's variables. The run's marker and
+    the GC hook's folder stay, so that Ray's CPU and pauses are counted in every configuration alike."""
+    if name not in RAY_WITHOUT_LAUNCHER:
+        return launcher, env
+    return [], {k: v for k, v in env.items() if not k.startswith(("OTEL_", "GYM_BENCH_PROFILE"))}
+
+
 def start_configuration(
     name: str,
     work: Path,
@@ -159,10 +168,11 @@ def start_configuration(
     # with `ray.init()`, whose dashboard agent always listens on 52365: of three clusters on one machine,
     # only the agent that binds first serves HTTP (the others log "address already in use" and run on
     # without it), so the configurations' Ray clusters did different work. Started under the
-    # configuration's launcher, as `gym env start` would start it.
+    # configuration's launcher, as `gym env start` would start it; lean's (RAY_WITHOUT_LAUNCHER) without it,
+    # in a plain environment, as its user would start it in a shell of its own.
     ray_port = free_port()
     ray_log = work / "ray_start.log"
-    ray_launcher, ray_env = ([], plain_env) if name in RAY_WITHOUT_LAUNCHER else (launcher, env)
+    ray_launcher, ray_env = ray_start_as(name, launcher, env)
     ray_start = config.processes.start(
         f"{name}: ray start",
         [

@@ -17,12 +17,26 @@ from gym_harness.releases import RELEASES
 
 RELEASE = next(release for release in RELEASES if release.version == "0.7.0")
 
-CONFIGURATIONS = ("none", "contrib", "full")
+# none: plain `gym`; contrib: the launcher with this package disabled; full: the launcher with it;
+# lean: full with the settings a NeMo Gym user should run with (LEAN_SETTINGS, RAY_WITHOUT_LAUNCHER).
+CONFIGURATIONS = ("none", "contrib", "full", "lean")
 # The ratios the report gives, numerator / denominator, each within a round; a configuration's row in
 # the table shows the first that has it as numerator, the others follow the table.
-RATIOS = (("contrib", "none"), ("full", "contrib"))
-# The configurations whose Ray cluster is started without the launcher.
-RAY_WITHOUT_LAUNCHER = frozenset({"none"})
+RATIOS = (("contrib", "none"), ("full", "contrib"), ("lean", "contrib"), ("lean", "none"))
+# The configurations whose Ray cluster is started without the launcher that starts their other
+# processes, in a plain environment (no OTEL_* variable; none has neither anywhere), as a user would
+# run `ray start --head` in a shell of its own and give its address to `gym env start` and `gym eval
+# run` as `+ray_head_node_address`. Ray's processes then carry no OpenTelemetry at all: no
+# spans of its dashboard's `/api/healthz` polls, no `ray_*` metrics through the launcher's meter
+# provider, no instrumentation loaded into its dashboard, agent and workers. The package's spans are
+# all made in the collector and the Gym servers, which `gym env start` starts itself, under the launcher.
+RAY_WITHOUT_LAUNCHER = frozenset({"lean"})
+# lean's variables on top of full's environment. FastAPI's `http send` / `http receive` spans (30 of
+# contrib's 43 spans per rollout) cannot be left out by a variable: opentelemetry-instrumentation-
+# fastapi 0.66b1 takes `exclude_spans` only as an argument of `instrument_app`/`instrument()`, which
+# the launcher calls without it (contrib#3992 proposes `OTEL_PYTHON_FASTAPI_EXCLUDE_SPANS`). When a
+# release reads such a variable, it goes here.
+LEAN_SETTINGS: tuple[tuple[str, str], ...] = ()
 
 # What the mcqa collection needs: its resources server, agent and environment server, and the model server.
 GYM_CONFIGS = ("resources_servers/mcqa/configs/mcqa.yaml", "responses_api_models/openai_model/configs/openai_model.yaml")
@@ -102,12 +116,14 @@ class Workload:
         return self.tasks * self.repeats
 
 
-FULL = Workload(tasks=100, repeats=4, concurrency=64, rounds=18, blocks=3)
+# 16 rounds in 4 blocks: each block one turn of the four configurations' balanced orders (round_orders).
+FULL = Workload(tasks=100, repeats=4, concurrency=64, rounds=16, blocks=4)
 QUICK = Workload(tasks=4, repeats=2, concurrency=4, rounds=1, warmup=False)
 
 
 def configuration_env(name: str, base: dict[str, str], variant: str | None = None) -> dict[str, str]:
-    """The environment of a configuration's processes; a variant's variables go to full's alone."""
+    """The environment of a configuration's processes (Ray's too, but for RAY_WITHOUT_LAUNCHER); a variant's
+    variables go to full's alone, lean has full's and LEAN_SETTINGS."""
     env = dict(base)
     # The SDK's own export settings (the e2e shortens them to see spans quickly; a user has these).
     for variable in ("OTEL_BSP_SCHEDULE_DELAY", "OTEL_METRIC_EXPORT_INTERVAL"):
@@ -116,17 +132,32 @@ def configuration_env(name: str, base: dict[str, str], variant: str | None = Non
         env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
     elif name == "contrib":
         env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "gym"
+    elif name == "lean":
+        env.update(LEAN_SETTINGS)
     elif variant is not None:
         env.update(VARIANTS[variant].env)
     return env
 
 
 def round_orders(names: Sequence[str], rounds: int) -> list[tuple[str, ...]]:
-    """Each round's order: every order of the configurations in turn. Over each full turn every
-    configuration runs in every position, and runs directly after each other one, equally often (a
-    rotation runs `full` right after `contrib` in two rounds of three and never the other way round)."""
-    orders = list(itertools.permutations(names))
+    """Each round's order, the orders taken in turn. Over each full turn every configuration runs in every
+    position, and runs directly after each other one, equally often (a rotation runs `full` right after
+    `contrib` in two rounds of three and never the other way round). An odd number of configurations takes
+    every order (3: six rounds a turn); an even number a balanced Latin square (Williams' design: 4 take
+    four rounds a turn where every order would take 24)."""
+    orders = list(itertools.permutations(names)) if len(names) % 2 else _williams(names)
     return [orders[number % len(orders)] for number in range(rounds)]
+
+
+def _williams(names: Sequence[str]) -> list[tuple[str, ...]]:
+    """Williams' balanced Latin square for an even number of names: the first row 0, 1, n-1, 2, n-2, ...,
+    each next row every index plus one (mod n); each name is once in each position and once right after
+    each other name."""
+    count = len(names)
+    first = [0]
+    for step in range(1, count):
+        first.append((step + 1) // 2 if step % 2 else count - step // 2)
+    return [tuple(names[(index + shift) % count] for index in first) for shift in range(count)]
 
 
 def blocks_of(rounds: int, blocks: int) -> list[list[int]]:
