@@ -40,7 +40,7 @@ def test_parse_stat_of_this_process_grows_with_cpu_spent() -> None:
     ("cmdline", "cwd", "group"),
     [
         (["/v/bin/oteltap", "--port", "1"], "/w", "receiver"),
-        (["/v/bin/python", "/r/e2e/model_server.py", "--answers", "t"], "/w", "model (scripted)"),
+        (["/v/bin/python", "/r/gym_harness/model_server.py", "--answers", "t"], "/w", "model (scripted)"),
         (["/v/bin/python", "app.py"], "/v/site-packages/resources_servers/mcqa", "server mcqa"),
         (["bash", "-c", "cd x && source y && python app.py"], "/w", "shell wrappers"),
         (["/v/bin/python", "/v/site-packages/ray/core/src/ray/raylet/raylet"], "/w", "Ray"),
