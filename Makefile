@@ -1,4 +1,8 @@
 # Every target sets up what it needs: a fresh clone with only Python works.
+# The e2e and whole-run scripts import the harness (gym_harness/) by name: they run as modules
+# (`python -m e2e.run`) from the repository's root, which `-m` puts on the path of that process
+# alone (unlike PYTHONPATH, which every NeMo Gym server and Ray process would inherit); pytest
+# runs as `python -m pytest` from the root too.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -15,15 +19,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The package's unit tests (tests/) and the harness's (harness_tests/).
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q tests harness_tests
 
 demo: venv
 	$(BIN)/python demo/run_demo.py
 
 lint: venv
-	$(BIN)/ruff check gym_instrument tests benchmarks demo
-	$(BIN)/ruff format --check gym_instrument tests benchmarks demo
+	$(BIN)/ruff check gym_instrument tests benchmarks demo gym_harness harness_tests
+	$(BIN)/ruff format --check gym_instrument tests benchmarks demo gym_harness harness_tests
 	$(BIN)/mypy
 
 clean:
@@ -32,18 +37,18 @@ clean:
 bench: venv
 	$(BIN)/python benchmarks/run.py
 
-# A whole real NeMo Gym 0.7.0 run three ways (none / contrib / full), in e2e's venv; not part of `make test`.
+# A whole real NeMo Gym 0.7.0 run four ways (none / contrib / full / lean), in e2e's venv; not part of `make test`.
 # It waits up to 10 minutes for a quiet machine, then refuses: BENCH_E2E_ARGS=--force runs anyway (and says so).
 bench-e2e:
-	$(PYTHON) benchmarks/whole_run.py --wait 600 $(BENCH_E2E_ARGS)
+	$(PYTHON) -m benchmarks.whole_run --wait 600 $(BENCH_E2E_ARGS)
 
 # The same harness at tiny sizes, busy machine or not: proves it runs, writes nothing into RESULTS.md.
 bench-e2e-smoke:
-	$(PYTHON) benchmarks/whole_run.py --quick --force --no-output
+	$(PYTHON) -m benchmarks.whole_run --quick --force --no-output
 
 # yappi in every Gym server for one collection per configuration: where the servers' CPU goes.
 bench-e2e-profile:
-	$(PYTHON) benchmarks/whole_run.py --profile $(BENCH_E2E_ARGS)
+	$(PYTHON) -m benchmarks.whole_run --profile $(BENCH_E2E_ARGS)
 
 fuzz: venv
 	GYM_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/reliability -k property
@@ -52,10 +57,10 @@ fuzz: venv
 e2e: e2e-nemo-gym e2e-verifiers
 
 e2e-nemo-gym:
-	$(PYTHON) e2e/run.py
+	$(PYTHON) -m e2e.run
 
 e2e-verifiers:
-	$(PYTHON) e2e/run_verifiers.py
+	$(PYTHON) -m e2e.run_verifiers
 
 # The trace viewer (Arize Phoenix), alone in its own venv: it brings its own pins of what .venv also has.
 UI_VENV := .venv-ui

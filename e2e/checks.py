@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from otlp_json import Received, Span
+from gym_harness.otlp_json import Received, Span
 
 DISPATCH_SPAN = "gym.rollout.dispatch"
 VERIFY_SPAN = "gym.verify"

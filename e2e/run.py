@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """End-to-end test of gym_instrument against the released NeMo Gym, over real HTTP and OTLP.
 
-For each release in releases.py (0.4.0 on Python 3.12, 0.7.0 on Python 3.13), from nothing:
+For each release in gym_harness/releases.py (0.4.0 on Python 3.12, 0.7.0 on Python 3.13), from nothing:
   1. finds the release's Python and builds its venv with the nemo-gym wheel from PyPI, this
      repository's package (editable), the OpenTelemetry launcher/distro/OTLP-HTTP exporter, the
      aiohttp-client and FastAPI instrumentations, and the `oteltap` OTLP receiver (skipped when
      the venv's stamp matches);
   2. per pass (0.7.0: once with model-call capture on, once with it off):
-     a. starts `oteltap` (OTLP/HTTP protobuf) and the scripted model server (model_server.py),
+     a. starts `oteltap` (OTLP/HTTP protobuf) and the scripted model server (gym_harness/model_server.py),
         both on 127.0.0.1;
      b. starts NeMo Gym's servers from the wheel's configs (and e2e/configs/) with
         `opentelemetry-instrument -- gym env start …`, waits for `All N / N servers ready`;
@@ -16,11 +16,12 @@ For each release in releases.py (0.4.0 on Python 3.12, 0.7.0 on Python 3.13), fr
         pass, rollout_verdicts.jsonl (checks.py), and stops everything it started;
   3. runs the release's in-process check (0.7.0: inprocess_070.py) with the venv's Python.
 
-Usage:
-    python3 e2e/run.py                    # every release, every pass
-    python3 e2e/run.py --release 0.7.0    # one release
-    python3 e2e/run.py --without-package  # the pipeline with HTTP instrumentation only
-    python3 e2e/run.py --write-excerpt    # also refresh e2e/SPANS_EXCERPT.md
+Usage, from the repository's root (``-m`` puts the root on the path: the harness, ``gym_harness``,
+is imported by name):
+    python3 -m e2e.run                    # every release, every pass
+    python3 -m e2e.run --release 0.7.0    # one release
+    python3 -m e2e.run --without-package  # the pipeline with HTTP instrumentation only
+    python3 -m e2e.run --write-excerpt    # also refresh e2e/SPANS_EXCERPT.md
 
 Runs on any Python 3.9+ with the standard library; logs of the last run stay in `.e2e-work/`.
 """
@@ -28,9 +29,6 @@ Runs on any Python 3.9+ with the standard library; logs of the last run stay in 
 from __future__ import annotations
 
 import argparse
-import glob
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -42,22 +40,29 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-E2E_DIR = Path(__file__).resolve().parent
-REPO = E2E_DIR.parent
-sys.path.insert(0, str(E2E_DIR))
+from e2e import checks
+from gym_harness.environment import Scratch, base_env
+from gym_harness.jsonl import read_jsonl
+from gym_harness.otlp_json import read_received
+from gym_harness.paths import E2E_DIR, MODEL_SERVER, REPO, WORK
+from gym_harness.processes import (
+    RUN_MARKER_VAR,
+    E2EFailure,
+    Processes,
+    exited,
+    free_port,
+    log,
+    port_open,
+    run_main,
+    tail,
+    wait_for,
+)
+from gym_harness.releases import RELEASES, Pass, Release
+from gym_harness.venvs import ensure_venv, site_packages
 
-import checks  # noqa: E402
-from otlp_json import read_received  # noqa: E402
-from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, run_main, tail, wait_for  # noqa: E402
-from releases import RELEASES, Pass, Release  # noqa: E402
-
-WORK = REPO / ".e2e-work"
 EXCERPT = E2E_DIR / "SPANS_EXCERPT.md"
 
 NUM_REPEATS = 2
-# Ray puts AF_UNIX sockets about 70 characters below RAY_TMPDIR, and a socket path over 107
-# bytes breaks its dashboard (start-up goes from about 17 s to 75 s).
-RAY_TMPDIR_MAX_LENGTH = 32
 # Temporary folders Gym and Ray leave in TMPDIR, and Ray's default RAY_TMPDIR: none may appear in
 # /tmp (the run's own short RAY_TMPDIR fallback there is removed in a `finally`).
 LEFTOVER_TMP_PATTERNS = ("tmp*wandb-*", "pymp-*", "ray")
@@ -69,180 +74,13 @@ TIMEOUT_STOP = 20
 
 
 # ---------------------------------------------------------------------------------------------
-# Interpreters and venvs
+# Temporary folders
 # ---------------------------------------------------------------------------------------------
-
-
-def _version_of(python: str) -> str | None:
-    try:
-        out = subprocess.run(
-            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def find_python(version: str) -> str:
-    """`$E2E_PYTHON_<major><minor>`, else pyenv's newest `version.*`, else `python<version>` on PATH."""
-    variable = f"E2E_PYTHON_{version.replace('.', '')}"
-    candidates: list[str] = []
-    if os.environ.get(variable):
-        candidates.append(os.environ[variable])
-    pyenv = shutil.which("pyenv")
-    if pyenv:
-        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
-        found = glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}"))
-        # Newest patch release first.
-        found.sort(key=lambda p: [int(x) if x.isdigit() else 0 for x in Path(p).parents[1].name.split(".")], reverse=True)
-        candidates.extend(found)
-    on_path = shutil.which(f"python{version}")
-    if on_path:
-        candidates.append(on_path)
-    for candidate in candidates:
-        if _version_of(candidate) == version:
-            return candidate
-    raise E2EFailure(
-        f"Python {version} is needed for a NeMo Gym venv and was not found. Looked for "
-        f'"$(pyenv root)"/versions/{version}.*/bin/python{version} and a working `python{version}` on PATH '
-        f"(tried: {candidates or 'nothing found'}). Install it (e.g. `pyenv install {version}`) "
-        f"or point {variable} at a Python {version} interpreter."
-    )
-
-
-def _stamp(release: Release, python: str, with_package: bool) -> str:
-    digest = hashlib.sha256()
-    digest.update(release.requirements.read_bytes())
-    digest.update(" ".join(release.pip_options).encode())
-    digest.update(subprocess.run([python, "-VV"], capture_output=True, text=True).stdout.encode())
-    digest.update(str(REPO).encode())
-    if with_package:
-        digest.update((REPO / "pyproject.toml").read_bytes())
-    digest.update(b"with-package" if with_package else b"without-package")
-    return digest.hexdigest()
-
-
-def ensure_venv(release: Release, with_package: bool) -> Path:
-    """Build the release's venv, or reuse it when its stamp matches the requirements."""
-    if with_package and not (REPO / "pyproject.toml").exists():
-        raise E2EFailure(
-            f"{REPO / 'pyproject.toml'} does not exist, so the package cannot be installed. "
-            "Run with --without-package to exercise the pipeline with HTTP instrumentation only."
-        )
-    python = find_python(release.python)
-    stamp_file = release.venv / ".e2e-stamp"
-    stamp = _stamp(release, python, with_package)
-    venv_python = release.venv / "bin" / "python"
-    if venv_python.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
-        log(f"reusing {release.venv.name} (stamp matches)")
-        return venv_python
-    log(f"building {release.venv.name} for nemo-gym {release.version} with {python}")
-    shutil.rmtree(release.venv, ignore_errors=True)
-    subprocess.run([python, "-m", "venv", str(release.venv)], check=True)
-    install_log = WORK / f"pip-install-{release.version}.log"
-    command = [str(venv_python), "-m", "pip", "install", "--disable-pip-version-check", *release.pip_options]
-    command += ["-r", str(release.requirements)]
-    if with_package:
-        command += ["-e", str(REPO)]
-    started = time.monotonic()
-    with install_log.open("w") as out:
-        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=1200)
-        if result.returncode == 0:
-            # A conflict pip let through would break the run in a less readable place.
-            result = subprocess.run([str(venv_python), "-m", "pip", "check"], stdout=out, stderr=subprocess.STDOUT)
-    if result.returncode != 0:
-        raise E2EFailure(f"pip install failed (exit {result.returncode}); log: {install_log}\n{tail(install_log)}")
-    stamp_file.write_text(stamp + "\n")
-    log(f"installed in {time.monotonic() - started:.0f}s")
-    return venv_python
-
-
-def site_packages(venv_python: Path) -> Path:
-    out = subprocess.run(
-        [str(venv_python), "-c", "import nemo_gym, pathlib; print(pathlib.Path(nemo_gym.__file__).parents[1])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(out.stdout.strip())
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-# ---------------------------------------------------------------------------------------------
-# Environment and temporary folders
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Scratch:
-    """The run's temporary folders: TMPDIR inside the work folder, and a short RAY_TMPDIR."""
-
-    tmpdir: Path
-    ray_tmp: Path
-
-    @classmethod
-    def create(cls) -> Scratch:
-        tmpdir = WORK / "tmp"
-        tmpdir.mkdir(parents=True)
-        ray_tmp = WORK / "ray"
-        if len(str(ray_tmp)) > RAY_TMPDIR_MAX_LENGTH:
-            ray_tmp = Path(tempfile.mkdtemp(prefix="gie2e-"))  # a checkout deep below /: keep it short
-        ray_tmp.mkdir(exist_ok=True)
-        return cls(tmpdir, ray_tmp)
-
-    def remove(self) -> None:
-        shutil.rmtree(self.ray_tmp, ignore_errors=True)
-        shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
 def tmp_entries() -> set[str]:
     root = Path(tempfile.gettempdir())
     return {path.name for pattern in LEFTOVER_TMP_PATTERNS for path in root.glob(pattern)}
-
-
-def base_env(venv: Path, marker: str, receiver_port: int, scratch: Scratch) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env.update(
-        {
-            RUN_MARKER_VAR: marker,
-            "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONUNBUFFERED": "1",
-            # Everything stays on this machine, and every temporary file in the work folder.
-            "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost",
-            "HF_HUB_OFFLINE": "1",
-            "WANDB_MODE": "disabled",
-            "TMPDIR": str(scratch.tmpdir),
-            # Ray: bind to 127.0.0.1, keep its files in a short folder of ours, report nothing home.
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_TMPDIR": str(scratch.ray_tmp),
-            # OpenTelemetry: export over OTLP/HTTP to the receiver, quickly.
-            "OTEL_SERVICE_NAME": "nemo-gym-e2e",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_LOGS_EXPORTER": "none",
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
-            "OTEL_METRIC_EXPORT_INTERVAL": "1000",
-            # Delta counters can be summed across processes without knowing which sent what.
-            "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta",
-            # Ray's processes run under the launcher too: its dashboard polls `/api/healthz` through
-            # the instrumented aiohttp client many times a second (about 300 spans a second with nine
-            # servers), and Ray records its own metrics through the launcher's meter provider.
-            "OTEL_PYTHON_AIOHTTP_CLIENT_EXCLUDED_URLS": "/api/healthz",
-        }
-    )
-    return env
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +154,7 @@ def run_pass(
             "model server",
             [
                 str(venv_python),
-                str(E2E_DIR / "model_server.py"),
+                str(MODEL_SERVER),
                 *answers,
                 "--port-file",
                 str(model_port_file),
@@ -513,7 +351,7 @@ def run(args: argparse.Namespace) -> int:
         raise E2EFailure(f"no release among {[r.version for r in RELEASES]} matches {args.release}")
     marker = uuid.uuid4().hex
     tmp_before = tmp_entries()
-    scratch = Scratch.create()
+    scratch = Scratch.create(WORK)
     results: list[PassResult] = []
     try:
         for release in releases:
@@ -567,7 +405,7 @@ def write_excerpt(releases: list[Release]) -> None:
             sections.append(f"## NeMo Gym {release.version} ({gym_pass.name})\n\n```json\n{excerpt.read_text()}```\n")
     EXCERPT.write_text(
         "# Spans from the end-to-end run\n\n"
-        "Written by `python3 e2e/run.py --write-excerpt` (the `make e2e` run): per release, one rollout's trace as\n"
+        "Written by `python3 -m e2e.run --write-excerpt` (the `make e2e` run): per release, one rollout's trace as\n"
         "the OTLP receiver got it: the path from the collector's dispatch to the resources server's verify, across\n"
         "processes, and on 0.7.0 the health span under the dispatch, trimmed to names, ids and the `nemo.gym.*`\n"
         "attributes. The HTTP spans come from the aiohttp-client and FastAPI instrumentations.\n\n" + "\n".join(sections)

@@ -6,15 +6,15 @@ From nothing:
      harness runs `uv sync --script`), the OpenTelemetry launcher, distro and OTLP/HTTP exporter,
      the `oteltap` OTLP receiver and this repository's package (editable); skipped when the
      venv's stamp matches;
-  2. starts `oteltap` and the scripted model server (model_server.py) on 127.0.0.1;
+  2. starts `oteltap` and the scripted model server (gym_harness/model_server.py) on 127.0.0.1;
   3. runs the real `vf-eval` under `opentelemetry-instrument` with no OTEL_PYTHON_GYM_TARGETS
      (the default presets only) on the taskset in e2e/verifiers/ (5 tasks x 3 repeats: string
      ids, a task named only by its name, one with neither, one whose first model call fails);
   4. checks what the receiver got against vf-eval's own traces.jsonl, episode by episode.
 
-Usage:
-    python3 e2e/run_verifiers.py            # the run and its checks
-    python3 e2e/run_verifiers.py --repeats 4
+Usage, from the repository's root (``-m`` puts the root on the path for ``gym_harness``):
+    python3 -m e2e.run_verifiers            # the run and its checks
+    python3 -m e2e.run_verifiers --repeats 4
 
 Runs on any Python 3.9+ with the standard library; logs of the last run stay in
 `.e2e-work/verifiers/`.
@@ -34,13 +34,31 @@ import time
 import uuid
 from pathlib import Path
 
-E2E_DIR = Path(__file__).resolve().parent
-REPO = E2E_DIR.parent
-sys.path.insert(0, str(E2E_DIR))
-
-from checks import DISPATCH_SPAN, REWARD, ROLLOUT_ID, TASK_ID, TASK_INDEX, VERIFY_SPAN, Report, _ancestry, rewarded_counter_total  # noqa: E402
-from otlp_json import Received, Span, read_received  # noqa: E402
-from processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, free_port, log, port_open, run_main, tail, wait_for  # noqa: E402
+from e2e.checks import (
+    DISPATCH_SPAN,
+    REWARD,
+    ROLLOUT_ID,
+    TASK_ID,
+    TASK_INDEX,
+    VERIFY_SPAN,
+    Report,
+    _ancestry,
+    rewarded_counter_total,
+)
+from gym_harness.otlp_json import Received, Span, read_received
+from gym_harness.paths import E2E_DIR, MODEL_SERVER, REPO
+from gym_harness.processes import (
+    RUN_MARKER_VAR,
+    E2EFailure,
+    Processes,
+    exited,
+    free_port,
+    log,
+    port_open,
+    run_main,
+    tail,
+    wait_for,
+)
 
 WORK = REPO / ".e2e-work" / "verifiers"
 VENV = REPO / ".venv-e2e-verifiers"
@@ -287,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
         port_file, model_log = WORK / "model_server.port", WORK / "model_server.log"
         model = processes.start(
             "model server",
-            [str(venv_python), str(E2E_DIR / "model_server.py"), "--answers", str(TASKS), "--port-file", str(port_file)],
+            [str(venv_python), str(MODEL_SERVER), "--answers", str(TASKS), "--port-file", str(port_file)],
             model_log,
             WORK,
             plain_env,

@@ -2,7 +2,7 @@
 
 Each row has a prompt, an expected letter and (optionally) a string `id` and a `name`; the task
 scores 1.0 when the model's reply names the expected letter, else 0.0. The scripted model server
-(`e2e/model_server.py`) answers right on the first request for a prompt and wrong on the second,
+(`gym_harness/model_server.py`) answers right on the first request for a prompt and wrong on the second,
 and fails the first request of a prompt that asks for it (`--fail-prompt`), so a run has both
 rewards and one failed episode.
 """

@@ -1,8 +1,9 @@
 """The NeMo Gym releases `make e2e` runs, as data: one entry per release, one pipeline for all.
 
 Everything that differs between releases is here (interpreter, pinned requirements, configs,
-servers, inputs, collection overrides, passes and which checks apply); run.py reads the table
-and never branches on a version.
+servers, inputs, collection overrides, passes and which checks apply); e2e/run.py reads the table
+and never branches on a version, and the whole-run benchmark takes 0.7.0's venv from it. The
+files a release names (requirements, inputs, configs) stay in e2e/.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-E2E_DIR = Path(__file__).resolve().parent
-REPO = E2E_DIR.parent
+from gym_harness.paths import E2E_DIR, REPO
+
 DATA = E2E_DIR / "data"
 
 

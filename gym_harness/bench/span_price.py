@@ -1,8 +1,8 @@
 """What OpenTelemetry itself charges for what SPEC requires of a rollout, measured alone (issue 14).
 
-    python span_price.py --spans RECEIVED.jsonl --start 0 --end -1 --rollouts 400 --seconds 8.2
+    python -m gym_harness.bench.span_price --spans RECEIVED.jsonl --start 0 --end -1 --rollouts 400 --seconds 8.2
 
-``benchmarks/whole_run.py`` runs this in the e2e venv after its rounds, on the spans the ``full``
+(from the checkout's root.) ``benchmarks/whole_run.py`` runs this in the e2e venv after its rounds, on the spans the ``full``
 configuration's receiver got in its first timed round. Two prices, printed as one JSON object:
 
 - **The package's spans**: every span of that round is made again with the OpenTelemetry SDK
@@ -38,10 +38,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
-
-from otlp_json import Span, span_objects, wait_quiet
-from processes import exited, free_port, parse_stat, port_open, wait_for
+from gym_harness.otlp_json import Span, span_objects, wait_quiet
+from gym_harness.processes import exited, free_port, parse_stat, port_open, wait_for
 
 PACKAGE_PREFIX = "gym."
 BAGGAGE_KEY = "nemo.gym.rollout.id"

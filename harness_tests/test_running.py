@@ -1,0 +1,98 @@
+"""The parts of a run that touch the e2e venv and the receiver's output (``gym_harness.bench.running``): the
+span count, and the start-up hooks and sampler it installs, each in a real fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from gym_harness import processes
+from gym_harness.bench import running, workload
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO / "benchmarks"
+
+
+def test_spans_by_name_counts_spans_between_offsets_and_skips_metrics(tmp_path: Path) -> None:
+    path = tmp_path / "received.ndjson"
+    span = {"traceId": "t", "spanId": "s", "kind": 2}
+    first = "oteltap listening\n" + json.dumps({**span, "name": "POST /run"}) + "\n"
+    later = (
+        json.dumps({**span, "name": "gym.verify"})
+        + "\n"
+        + json.dumps({"name": "http.server.duration", "histogram": {}})
+        + "\n"
+        + json.dumps({**span, "name": "gym.verify"})
+        + "\n"
+    )
+    path.write_text(first + later)
+    assert running.spans_by_name(path, 0, None) == Counter({"POST /run": 1, "gym.verify": 2})
+    assert running.spans_by_name(path, len(first.encode()), None) == Counter({"gym.verify": 2})
+
+
+def test_the_drop_ours_sampler_is_found_by_the_sdk_and_drops_only_the_package_s_spans(tmp_path: Path) -> None:
+    # Installed as the run installs it, in a folder of its own on a fresh interpreter's path; the SDK's
+    # configurator finds it by the name OTEL_TRACES_SAMPLER gives, and a real provider records with it.
+    site = tmp_path / "site"
+    site.mkdir()
+    running.install_sampler(site)
+    code = f"""
+import sys
+sys.path.insert(0, {str(site)!r})
+from opentelemetry.sdk._configuration import _import_sampler
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry import trace
+
+provider = TracerProvider(sampler=_import_sampler({workload.SAMPLER_MODULE!r}))
+exporter = InMemorySpanExporter()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+tracer = provider.get_tracer("t")
+with tracer.start_as_current_span("gym.rollout.dispatch") as dispatch:
+    with tracer.start_as_current_span("POST") as post:
+        pass
+verify = tracer.start_span("gym.verify")
+verify.end()
+print(type(provider.sampler).__name__, dispatch.is_recording(), verify.is_recording())
+print(post.get_span_context().trace_flags.sampled, [s.name for s in exporter.get_finished_spans()])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.split("\n")[:2] == ["DropOurs False False", "True ['POST']"]
+    running.remove_sampler(site)
+    assert [path.name for path in site.rglob("*") if workload.SAMPLER_MODULE in path.name] == []  # bytecode too
+
+
+def test_a_start_up_hook_runs_in_a_fresh_interpreter_and_leaves_nothing_once_removed(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    running.install_hook(site, running.GC_HOOK, "gc_hook.py")
+    code = f"import site, sys; site.addsitedir({str(site)!r}); print({running.GC_HOOK!r} in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as an interpreter may: caches
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.strip() == "True"  # the .pth imported it
+    assert any(running.GC_HOOK in path.name for path in (site / "__pycache__").iterdir())
+    running.remove_hook(site, running.GC_HOOK)
+    assert [path.name for path in site.rglob("*") if running.GC_HOOK in path.name] == []  # bytecode too
+
+
+def test_lean_starts_its_ray_cluster_without_the_launcher_or_opentelemetry() -> None:
+    launcher = ["/v/bin/opentelemetry-instrument", "--"]
+    env = {
+        **workload.configuration_env("lean", {"OTEL_SERVICE_NAME": "x", processes.RUN_MARKER_VAR: "m"}),
+        "GYM_BENCH_GC_DIR": "/w/gc",
+        "GYM_BENCH_PROFILE_DIR": "/w/p",
+    }
+    command, ray_env = running.ray_start_as("lean", launcher, env)
+    assert command == []
+    assert [k for k in ray_env if k.startswith(("OTEL_", "GYM_BENCH_PROFILE"))] == []
+    # Still one of the run's processes: found by its marker, its GC pauses counted, like every configuration's Ray.
+    assert ray_env[processes.RUN_MARKER_VAR] == "m" and ray_env["GYM_BENCH_GC_DIR"] == "/w/gc"
+    for name in ("contrib", "full"):  # under the launcher, as `gym env start` would start it
+        assert running.ray_start_as(name, launcher, env) == (launcher, env)
+    none = workload.configuration_env("none", env)
+    assert running.ray_start_as("none", [], none) == ([], none)  # no launcher anywhere, nothing taken away
