@@ -38,7 +38,8 @@ def _pass_value(item: Any) -> float | None:
     return float(item["value"]) if isinstance(item, dict) else float(item)
 
 
-def task_measures(task: dict[str, Any]) -> dict[str, Any]:
+def task_measures(task: dict[str, Any], health_pass: bool = True) -> dict[str, Any]:
+    """One task's measures; without a health pass in its run, no unhealthy share (not 0 %)."""
     failed = sum(task["errors"].values())
     return {
         "dispatches": task["dispatches"],
@@ -48,7 +49,7 @@ def task_measures(task: dict[str, Any]) -> dict[str, Any]:
         "success_rate": task["success_rate"],
         "pass_at_1": task["pass_at_k"].get("1"),
         "unhealthy": task["unhealthy"],
-        "unhealthy_rate": task["unhealthy"] / task["rollouts"] if task["rollouts"] else None,
+        "unhealthy_rate": task["unhealthy"] / task["rollouts"] if task["rollouts"] and health_pass else None,
         "failed": failed,
         "failed_rate": failed / task["dispatches"] if task["dispatches"] else None,
     }
@@ -111,7 +112,9 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
         task_b = tasks_b.get(key)
         if task_b is None:
             continue
-        measures = _side_by_side(task_measures(task_a), task_measures(task_b))
+        measures = _side_by_side(
+            task_measures(task_a, bool(a["health"]["spans"])), task_measures(task_b, bool(b["health"]["spans"]))
+        )
         task_k = _largest_common_k(task_a["pass_at_k"], task_b["pass_at_k"])
         if task_k is not None:
             pa, pb = task_a["pass_at_k"][task_k], task_b["pass_at_k"][task_k]

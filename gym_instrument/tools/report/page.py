@@ -43,8 +43,8 @@ th, td { border-bottom: 1px solid #eee; padding: 3px 8px; text-align: right; ver
 th { background: #f4f4f4; position: sticky; top: 0; }
 table.sortable th { cursor: pointer; } th[aria-sort=ascending]::after { content: " ▲"; }
 th[aria-sort=descending]::after { content: " ▼"; }
-td.text, th.text { text-align: left; } td.text { overflow-wrap: anywhere; min-width: 5em; }
-td.name { min-width: 10em; max-width: 24em; }
+td.text, th.text { text-align: left; } td.text { overflow-wrap: break-word; }
+td:not(.text) { white-space: nowrap; } td.name { min-width: 8em; }
 tr.flat td { background: #fff6e0; } tr.bad td { background: #fdecea; } tr.good td { background: #eaf6e8; }
 code { background: #f3f3f3; padding: 0 3px; border-radius: 3px; font-size: 12px; }
 .filters { display: flex; gap: 10px; align-items: center; margin: 8px 0; }
@@ -107,6 +107,14 @@ for (const box of document.querySelectorAll('.filters')) {
 
 def _e(value: Any) -> str:
     return html.escape("-" if value is None else str(value))
+
+
+def _name(value: Any) -> str:
+    """A name (task id, agent) that may wrap after its separators, never inside a word."""
+    text = _e(value)
+    for separator in ("/", "_", "."):
+        text = text.replace(separator, separator + "<wbr>")
+    return text
 
 
 def _td(value: Any, text: bool = False, sort: Any = None, title: str | None = None, css: str = "") -> str:
@@ -301,8 +309,8 @@ def _task_rows(tasks: Sequence[dict[str, Any]]) -> list[str]:
         example = task.get("example_trace_url")
         raw = task["task_id"] if task["task_id"] and task["task_id"] != task["task"] else None
         cells = [
-            _td(_e(task["task"]), text=True, title=raw, css="name"),
-            _td(_e(task["agent"]), text=True),
+            _td(_name(task["task"]), text=True, title=raw, css="name"),
+            _td(_name(task["agent"]), text=True),
             _td(task["rollouts"]),
             _td(failed or "", sort=failed, title=errors or None),
             _td(task["rewarded"]),
@@ -313,7 +321,7 @@ def _task_rows(tasks: Sequence[dict[str, Any]]) -> list[str]:
             _td(percent(task["success_rate"]), sort=task["success_rate"] if task["success_rate"] is not None else ""),
             _td(number(pass_at.get("1")), sort=pass_at.get("1", "")),
             _td(
-                f"{number(pass_at[largest])} <small>k={largest}</small>" if largest else "-",
+                f"{number(pass_at[largest])} <span class='muted'>k={largest}</span>" if largest else "-",
                 sort=pass_at[largest] if largest else "",
             ),
             _td(f"all {task['min_reward']:g}" if task["zero_variance"] else ""),
@@ -322,7 +330,10 @@ def _task_rows(tasks: Sequence[dict[str, Any]]) -> list[str]:
                 milliseconds(task["mean_duration_ms"]),
                 sort=task["mean_duration_ms"] if task["mean_duration_ms"] is not None else "",
             ),
-            _td(f'<a href="{html.escape(example)}" target="_blank" rel="noopener">trace</a>' if example else "", text=True),
+            _td(
+                _trace({"trace_id": task["example_trace_id"], "trace_url": example}) if task["example_trace_id"] else "",
+                text=True,
+            ),
         ]
         css = ' class="flat"' if task["zero_variance"] else ""
         rows.append(f"<tr{css}>{''.join(cells)}</tr>")
@@ -365,13 +376,13 @@ def _rollout_rows(rollouts: Sequence[dict[str, Any]]) -> list[str]:
             verdict = _e(item["verdict"] or "-")
         bad = item["verdict"] == "unhealthy" or item["error_type"]
         cells = [
-            _td(_e(item["task"]), text=True, css="name"),
+            _td(_name(item["task"]), text=True, css="name"),
             _td(_e(item["repeat"]), sort=item["repeat"] if item["repeat"] is not None else ""),
             _td(rollout_id, text=True, sort=item["rollout_id"] or ""),
-            _td(_e(item["agent"]), text=True),
+            _td(_name(item["agent"]), text=True),
             _td(reward_text, sort=reward_sort),
             _td(verdict, text=True, title=item["error_type"]),
-            _td(_e(", ".join(item["checks"])) if item["checks"] else "", text=True),
+            _td(_name(", ".join(item["checks"])) if item["checks"] else "", text=True),
             _td(milliseconds(item["duration_ms"]), sort=item["duration_ms"] if item["duration_ms"] is not None else ""),
             _td(_trace(item), text=True),
         ]
@@ -401,7 +412,7 @@ LISTED_HEADER = [("task", True), ("rollout id", True), ("reward", False), ("fail
 
 def _crossed(reward_health: dict[str, Any], verdicts: Sequence[str]) -> str:
     counts = reward_health["counts"]
-    columns = [*verdicts, "no verdict"]
+    columns = ["healthy", "unhealthy", "unobserved", *verdicts, "other verdict", "no verdict"]
     columns = [name for name in dict.fromkeys(columns) if any(row.get(name) for row in counts.values())]
     rows = []
     for name in reward_health["classes"]:
@@ -455,7 +466,7 @@ def _retries(retries: dict[str, Any]) -> str:
         return ""
     parts = [
         "<h2 id='retries'>Retries</h2>",
-        f"<p class='note'>{retries['retried_dispatches']} dispatches were retries (attempt ≥ 1). A retry is chained to what"
+        f"<p class='note'>Retries (attempt ≥ 1): {retries['retried_dispatches']}. A retry is chained to what"
         " it retried by task index and repeat: <code>1-2</code> failed, <code>1-2-a1</code> is its next attempt."
         f" Recovered: {retries['recovered']}; still failed after the last attempt: {retries['still_failed']}.</p>",
     ]
@@ -730,7 +741,7 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
             diff("mean_reward", "number"),
             _td(pair("success_rate", "percent")),
             diff("success_rate", "percent"),
-            _td(f"{number(k['a'])} → {number(k['b'])} <small>k={k['k']}</small>" if k else "-"),
+            _td(f"{number(k['a'])} → {number(k['b'])} <span class='muted'>k={k['k']}</span>" if k else "-"),
             _td(diff_text(k["diff"], "number") if k else "-", sort=k["diff"] if k else ""),
             _td(pair("unhealthy_rate", "percent")),
             diff("unhealthy_rate", "percent"),

@@ -67,7 +67,7 @@ def horizontal_bars(bars: Sequence[Bar], axis_title: str, label_width: int = 230
     for tick in ticks:
         x = label_width + tick * scale
         parts.append(f'<line x1="{x:.1f}" y1="{top_margin}" x2="{x:.1f}" y2="{axis_y}" stroke="#e5e5e5"/>')
-        parts.append(f'<text x="{x:.1f}" y="{axis_y + 15}" text-anchor="middle" fill="#555">{tick}</text>')
+        parts.append(f'<text class="count-tick" x="{x:.1f}" y="{axis_y + 15}" text-anchor="middle" fill="#555">{tick}</text>')
     for index, bar in enumerate(bars):
         y = top_margin + index * row
         label = bar.label if len(bar.label) <= 34 else bar.label[:32] + "…"
@@ -109,7 +109,7 @@ def histogram(
     for tick in ticks:
         y = base - tick * scale
         parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{WIDTH - 12}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#555">{tick}</text>')
+        parts.append(f'<text class="count-tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#555">{tick}</text>')
     label_every = max(1, math.ceil(len(bins) / 8))
     for index, (low, high, count) in enumerate(bins):
         x = left + index * slot
@@ -119,12 +119,15 @@ def histogram(
             f' height="{count * scale:.1f}" fill="{colour}"/></g>'
         )
         if index % label_every == 0:
-            parts.append(f'<text x="{x:.1f}" y="{base + 15}" text-anchor="middle" fill="#555">{_e(x_format(low))}</text>')
+            parts.append(
+                f'<text class="x-tick" x="{x:.1f}" y="{base + 15}" text-anchor="middle" fill="#555">{_e(x_format(low))}</text>'
+            )
     if bins:
         x_end = left + len(bins) * slot
         if len(bins) % label_every == 0:
             parts.append(
-                f'<text x="{x_end:.1f}" y="{base + 15}" text-anchor="middle" fill="#555">{_e(x_format(bins[-1][1]))}</text>'
+                f'<text class="x-tick" x="{x_end:.1f}" y="{base + 15}" text-anchor="middle" fill="#555">'
+                f"{_e(x_format(bins[-1][1]))}</text>"
             )
         parts.append(
             f'<text x="{left + x_end / 2 - left / 2:.1f}" y="{base + 34}" text-anchor="middle" fill="#333">{_e(x_title)}</text>'
