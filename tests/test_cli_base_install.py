@@ -118,8 +118,8 @@ def test_bad_input_is_one_line_and_exit_code_2(base: BaseInstall) -> None:
         "empty.jsonl": "gym-instrument report: no spans of gym_instrument in empty.jsonl (0 lines of 1 file(s) read)",
         "no-spans": "gym-instrument report: no OTLP/JSON span files in no-spans",
         "binary.jsonl": "gym-instrument report: no spans of gym_instrument in binary.jsonl (",
-        "never-replayed": "gym-instrument report: no OTLP/JSON span files in never-replayed (1 other .json/.jsonl files left out);"
-        " never-replayed looks like a NeMo Gym run: make its spans with"
+        "never-replayed": "gym-instrument report: no OTLP/JSON span files in never-replayed"
+        " (1 other .json/.jsonl files left out); never-replayed looks like a NeMo Gym run: make its spans with"
         " `gym-instrument replay never-replayed --output never-replayed/spans.otlp.jsonl`",
     }
     for path, message in cases.items():
