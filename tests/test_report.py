@@ -256,6 +256,17 @@ def test_terminal_summary(demo_run: Any) -> None:
     assert re.search(r"dispatch time: p50 [\d.]+ ms, p95 [\d.]+ ms, max [\d.]+ ms over 13 dispatches", out)
     for label in TASK_LABELS:
         assert re.search(rf"^{re.escape(label)}\s+3\s", out, re.MULTILINE)
+    assert re.search(r"^#3\s+3-1\s+unscored\s+agent_turn_hollow", out, re.MULTILINE)  # unhealthy, with its reward
+    assert "retries: 1 dispatches; 1 rollouts recovered, 0 still failed: 1-2 -> 1-2-a1" in out
+    assert "rewarded but unhealthy (a success the health pass flags: reward hacking or a broken judge?): 0" in out
+
+
+def test_terminal_summary_of_a_real_run_names_the_rewarded_but_unhealthy() -> None:
+    process = subprocess.run([str(GYM_INSTRUMENT), "report", str(E070), "--no-html"], capture_output=True, text=True)
+    assert process.returncode == 0, process.stderr
+    assert "broken judge?): 4: 3-1 (weather-sf), 4-1 (#4), 4-0 (#4), 3-0 (weather-sf)" in process.stdout
+    assert re.search(r"^e2e_mcqa_native/native-ohm\s+2\s", process.stdout, re.MULTILINE)
+    assert re.search(r"^example_single_tool_call_simple_agent\s+2\s+4\s+0\s+1\.00\s+100%\s+100%$", process.stdout, re.MULTILINE)
 
 
 def _collector_shaped(line: str) -> str:
