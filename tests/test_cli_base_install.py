@@ -1,7 +1,7 @@
 """``gym-instrument`` after the documented base install (``pip install .``, no extras): no traceback, ever.
 
 A fresh venv gets this checkout without extras (wrapt, opentelemetry-api and
-opentelemetry-instrumentation only: no SDK, no plotly, no tqdm), then every command a user types
+opentelemetry-instrumentation only: no SDK, no tqdm), then every command a user types
 runs there: ``report`` (text, JSON and its HTML page) and ``compare`` work; ``replay`` and a
 progress bar say in one line which extra to install; bad input (a missing path, an empty file, a
 folder without spans, a binary file, a run folder never replayed) is one line and exit code 2.
@@ -53,7 +53,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> BaseInstall:
     )
     assert install.returncode == 0, install.stderr[-3000:]
     base = BaseInstall(root)
-    probe = "import importlib.util as u; print([m for m in ('plotly', 'tqdm', 'opentelemetry.sdk') if u.find_spec(m)])"
+    probe = "import importlib.util as u; print([m for m in ('tqdm', 'opentelemetry.sdk') if u.find_spec(m)])"
     absent = subprocess.run([str(base.bin / "python"), "-c", probe], capture_output=True, text=True, check=True)
     assert absent.stdout.strip() == "[]"  # the premise: none of the report extra is here
     shutil.copy2(RUN_070 / "live_spans.otlp.jsonl", root / "spans.jsonl")
