@@ -39,7 +39,7 @@ svg.chart { max-width: 100%; height: auto; }
 .table.full { width: auto; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 .table.full table { width: 100%; }
-th, td { border-bottom: 1px solid #eee; padding: 3px 8px; text-align: right; vertical-align: top; }
+th, td { border-bottom: 1px solid #eee; padding: 3px 6px; text-align: right; vertical-align: top; }
 th { background: #f4f4f4; position: sticky; top: 0; }
 table.sortable th { cursor: pointer; } th[aria-sort=ascending]::after { content: " ▲"; }
 th[aria-sort=descending]::after { content: " ▼"; }
@@ -310,7 +310,7 @@ def _task_rows(tasks: Sequence[dict[str, Any]]) -> list[str]:
         raw = task["task_id"] if task["task_id"] and task["task_id"] != task["task"] else None
         cells = [
             _td(_name(task["task"]), text=True, title=raw, css="name"),
-            _td(_name(task["agent"]), text=True),
+            _td(_name(task["agent"]), text=True, css="name"),
             _td(task["rollouts"]),
             _td(failed or "", sort=failed, title=errors or None),
             _td(task["rewarded"]),
@@ -356,7 +356,7 @@ TASK_HEADER = [
     ("all equal", False),
     ("unhealthy", False),
     ("mean time", False),
-    ("first trace", True),
+    ("trace", True),
 ]
 
 
