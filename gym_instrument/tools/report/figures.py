@@ -571,7 +571,9 @@ class RunFigures:
         attempt_value = attributes.get(semconv.ROLLOUT_ATTEMPT)
         if type(attempt_value) is int:
             attempt = attempt_value
-        if rollout_id is not None and (parsed := parse_index_form(rollout_id)) is not None:
+        # The id's index form ("3-1-a2") only where an attribute is missing: most dispatches carry all three.
+        needed = type(task_index) is not int or type(repeat) is not int or (attempt is None and "-a" in (rollout_id or ""))
+        if needed and rollout_id is not None and (parsed := parse_index_form(rollout_id)) is not None:
             task_index = task_index if type(task_index) is int else parsed[0]
             repeat = repeat if type(repeat) is int else parsed[1]
             attempt = attempt if attempt is not None else (parsed[2] or 0)
