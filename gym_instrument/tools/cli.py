@@ -138,7 +138,8 @@ def report_command(args: argparse.Namespace) -> int:
     figures = _figures(args.paths, args, args.trace_url)
     html_path = None
     if not args.no_html:
-        html_path = write_html(figures, args.html or _default_html(args.paths[0]))
+        name = ", ".join(Path(path).name or str(path) for path in args.paths[:3]) + (" …" if len(args.paths) > 3 else "")
+        html_path = write_html(figures, args.html or _default_html(args.paths[0]), title=f"gym-instrument report: {name}")
     if args.format == "json":
         json.dump(figures, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -152,7 +153,8 @@ def compare_command(args: argparse.Namespace) -> int:
     from gym_instrument.tools.report.compare import compare, summary
 
     comparison = compare(_figures([args.run_a], args), _figures([args.run_b], args), args.run_a, args.run_b)
-    html_path = write_compare_html(comparison, args.html) if args.html else None
+    title = f"gym-instrument compare: {Path(args.run_a).name} → {Path(args.run_b).name}"
+    html_path = write_compare_html(comparison, args.html, title=title) if args.html else None
     if args.format == "json":
         json.dump(comparison, sys.stdout, indent=1)
         sys.stdout.write("\n")

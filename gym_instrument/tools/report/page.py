@@ -121,7 +121,7 @@ def _td(value: Any, text: bool = False, sort: Any = None, title: str | None = No
     """A cell: ``value`` is already HTML; ``sort`` the value it sorts by when its text would not do."""
     classes = " ".join(name for name in ("text" if text else "", css) if name)
     attributes = f' class="{classes}"' if classes else ""
-    if sort is not None:
+    if sort is not None and str(sort) != str(value):  # a cell whose text sorts right needs no key
         attributes += f' data-v="{html.escape(str(sort))}"'
     if title:
         attributes += f' title="{html.escape(title)}"'
@@ -581,7 +581,14 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     parts.append(
         f"<p class='note'>Every dispatch, one row each ({rollouts['listed']} of {rollouts['total']}"
         + (": the first ones read; the figures above count all of them" if rollouts["listed"] < rollouts["total"] else "")
-        + "). Click a column to sort; type to filter (every word must match).</p>"
+        + "). Click a column to sort; type to filter (every word must match)."
+        + (
+            ""
+            if figures.get("trace_url")
+            else " Trace ids link to a trace viewer with <code>--trace-url phoenix</code>"
+            " (or <code>mlflow</code>, or a URL template with <code>{trace_id}</code>)."
+        )
+        + "</p>"
     )
     options = "".join(
         f"<option value='{value}'>{label}</option>"
