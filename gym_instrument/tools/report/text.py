@@ -22,6 +22,8 @@ def milliseconds(value: float | None) -> str:
         return "-"
     if value >= 10_000:
         return f"{value / 1000:.1f} s"
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
     return f"{value:.1f} ms" if value >= 1 else f"{value:.3f} ms"
 
 
