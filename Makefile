@@ -88,9 +88,10 @@ demo-ui-stop: venv
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-# make demo-ui against a real Phoenix: spans read back through its API, the trace page in headless Chromium.
+# make demo-ui against a real Phoenix: spans read back through its API, the trace page in headless Chromium;
+# then the report and compare pages in headless Chromium (screenshots in .e2e-work/report/screenshots/).
 e2e-ui: venv ui-venv chromium
-	$(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_ui.py
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_ui.py e2e/test_report_page.py
 
 # README.md's shell blocks, as written, in a fresh venv on a copy of the checkout (skips say why).
 readme-test: venv

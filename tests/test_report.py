@@ -146,11 +146,100 @@ def test_html_page_has_the_task_table_links_and_pictures(demo_run: Any, tmp_path
     links = set(re.findall(r'href="([^"]+)"', page))
     for rollout in rollouts:
         assert f"http://127.0.0.1:6006/redirects/traces/{rollout['trace_id']}" in links
-    # Pictures: reward per task, health, durations, drawn by plotly, whose script is inside the page.
-    assert page.count('class="plotly-graph-div"') == 3
+    # Pictures: inline SVG drawn by the package (no plotting library, no script from the network).
+    assert page.count('<svg class="chart"') == 5  # rewards, reward per task, verdicts, failed checks, durations
     assert "Reward per task" in page and "Dispatch durations" in page and "Failed checks, by rollouts hit" in page
-    assert "<script src=" not in page and "Plotly.newPlot" in page
-    assert page.count("plotly.js v") >= 1  # the library's own banner: embedded once
+    assert "<script src=" not in page and "plotly" not in page.lower()
+    assert len(page.encode()) < 200_000
+
+
+E070 = Path(__file__).resolve().parent / "data" / "e2e_runs" / "nemo-gym-0.7.0" / "live_spans.otlp.jsonl"
+
+
+def test_every_rollout_with_its_reward_verdict_and_retry(demo_run: Any) -> None:
+    spans_file, rollouts = demo_run
+    figures = report_json(str(spans_file), "--no-html", "--trace-url", TEMPLATE)
+    table = figures["rollouts"]
+    assert table["total"] == table["listed"] == 13
+    rows = {row["rollout_id"]: row for row in table["rows"]}
+    assert len(rows) == 13
+    by_id = {f"{row['_ng_task_index']}-{row['_ng_rollout_index']}": row for row in rollouts}
+    by_id["1-2-a1"] = by_id.pop("1-2")  # the output row of the retried rollout is its second attempt
+    for rollout_id, row in by_id.items():
+        shown = rows[rollout_id]
+        if row.get("mask_sample"):
+            assert shown["reward"] == "masked"
+        elif isinstance(row.get("reward"), float):
+            assert shown["reward"] == row["reward"]
+        else:
+            assert shown["reward"] == "unscored"
+        assert shown["repeat"] == row["_ng_rollout_index"] and shown["duration_ms"] > 0
+        assert shown["trace_url"] == f"http://viewer.test/trace/{shown['trace_id']}?span={shown['span_id']}"
+    assert rows["1-2"]["error_type"] == "rollout_pipeline.AgentUnavailable" and rows["1-2"]["reward"] is None
+    assert rows["1-2"]["retried_by"] == "1-2-a1" and rows["1-2-a1"]["retry_of"] == "1-2"
+    assert rows["3-1"]["verdict"] == "unhealthy"
+    assert rows["3-1"]["checks"] == ["agent_turn_hollow", "rollout_ended_on_failed_model_call"]
+    retries = figures["retries"]
+    assert retries["retried_dispatches"] == 1 and retries["recovered"] == 1 and retries["still_failed"] == 0
+    (chain,) = retries["chains"]
+    assert [(step["rollout_id"], step["error_type"]) for step in chain["attempts"]] == [
+        ("1-2", "rollout_pipeline.AgentUnavailable"),
+        ("1-2-a1", None),
+    ]
+    assert chain["attempts"][1]["reward"] == 1.0 and chain["attempts"][1]["verdict"] == "healthy"
+    # Every rollout in the reward figure once: 8 rewards of 1, 2 of 0, one masked, one unscored, one failed.
+    rewards = figures["rewards"]
+    assert rewards["values"] == {"0.0": 2, "1.0": 8} and rewards["binary"] and rewards["bins"] == []
+    assert (rewards["masked"], rewards["unscored"], rewards["unverified"], rewards["failed"]) == (1, 1, 0, 1)
+    assert [group["name"] for group in figures["groups"]["agent"]] == ["demo_agent"]
+
+
+def test_reward_against_health_on_a_real_nemo_gym_run() -> None:
+    figures = report_json(str(E070), "--no-html")
+    crossed = figures["reward_health"]
+    assert crossed["counts"] == {"success": {"healthy": 5, "unhealthy": 4}, "below threshold": {"unhealthy": 5}}
+    assert crossed["rewarded_unhealthy_total"] == 4
+    flagged = crossed["rewarded_unhealthy"]
+    assert sorted(item["rollout_id"] for item in flagged) == ["3-0", "3-1", "4-0", "4-1"]
+    assert {item["reward"] for item in flagged} == {1.0} and {item["verdict"] for item in flagged} == {"unhealthy"}
+    assert all(item["reward"] in (0.0, 1.0) for item in figures["health"]["unhealthy"])  # the unhealthy list has rewards
+    # NeMo Gym 0.7.0's native task ids (compact JSON mappings) read as taskset/task.
+    labels = [task["task"] for task in figures["tasks"]]
+    assert labels[-2:] == ["e2e_mcqa_native/native-ohm", "e2e_mcqa_native/native-prime"]
+    assert figures["tasks"][-1]["task_id"] == '{"task_id":"native-prime","taskset":"e2e_mcqa_native"}'
+    assert [group["name"] for group in figures["groups"]["taskset"]] == ["(no taskset)", "e2e_mcqa_native"]
+    agents = {group["name"]: group for group in figures["groups"]["agent"]}
+    assert agents["example_single_tool_call_simple_agent"]["dispatches"] == 4
+    assert agents["mcqa_simple_agent"]["rewarded"] == 6
+    assert sum(group["dispatches"] for group in agents.values()) == figures["run"]["dispatches"] == 14
+
+
+def test_reward_histogram_when_rewards_are_not_binary() -> None:
+    spans = []
+    for trace in range(1, 201):
+        identity = {"nemo.gym.task.id": f"t{trace % 4}", "nemo.gym.rollout.id": str(trace)}
+        spans.append(_span("gym.rollout.dispatch", trace, identity))
+        spans.append(_span("gym.verify", trace, {"nemo.gym.rollout.id": str(trace), "nemo.gym.rollout.reward": trace / 200}))
+    rewards = RunFigures().add_all(spans).figures()["rewards"]
+    assert not rewards["binary"] and len(rewards["bins"]) == 20
+    assert sum(item["count"] for item in rewards["bins"]) == 200
+    assert rewards["bins"][0]["from"] == pytest.approx(0.01) and rewards["bins"][-1]["to"] == pytest.approx(1.0)
+
+
+def test_the_rollout_table_is_bounded_and_the_counts_exact() -> None:
+    spans = []
+    for trace in range(1, 1001):
+        rollout_id = f"{trace}-0"
+        spans.append(_span("gym.rollout.dispatch", trace, {"nemo.gym.task.index": trace, "nemo.gym.rollout.id": rollout_id}))
+        spans.append(_span("gym.verify", trace, {"nemo.gym.rollout.id": rollout_id, "nemo.gym.rollout.reward": 1.0}))
+    for trace in range(1, 1001):  # the health pass after the whole collection
+        verdict = {"nemo.gym.rollout.id": f"{trace}-0", "nemo.gym.health.verdict": "unhealthy" if trace % 10 else "healthy"}
+        spans.append(_span("gym.rollout.health", trace, verdict))
+    figures = RunFigures(rollout_rows=50).add_all(spans).figures()
+    assert figures["rollouts"]["listed"] == len(figures["rollouts"]["rows"]) == 50
+    assert figures["rollouts"]["total"] == 1000
+    assert figures["reward_health"]["counts"] == {"success": {"healthy": 100, "unhealthy": 900}}
+    assert figures["reward_health"]["rewarded_unhealthy_total"] == 900
 
 
 def test_terminal_summary(demo_run: Any) -> None:
@@ -167,6 +256,17 @@ def test_terminal_summary(demo_run: Any) -> None:
     assert re.search(r"dispatch time: p50 [\d.]+ ms, p95 [\d.]+ ms, max [\d.]+ ms over 13 dispatches", out)
     for label in TASK_LABELS:
         assert re.search(rf"^{re.escape(label)}\s+3\s", out, re.MULTILINE)
+    assert re.search(r"^#3\s+3-1\s+unscored\s+agent_turn_hollow", out, re.MULTILINE)  # unhealthy, with its reward
+    assert "retries: 1 dispatches; 1 rollouts recovered, 0 still failed: 1-2 -> 1-2-a1" in out
+    assert "rewarded but unhealthy (a success the health pass flags: reward hacking or a broken judge?): 0" in out
+
+
+def test_terminal_summary_of_a_real_run_names_the_rewarded_but_unhealthy() -> None:
+    process = subprocess.run([str(GYM_INSTRUMENT), "report", str(E070), "--no-html"], capture_output=True, text=True)
+    assert process.returncode == 0, process.stderr
+    assert "broken judge?): 4: 3-1 (weather-sf), 4-1 (#4), 4-0 (#4), 3-0 (weather-sf)" in process.stdout
+    assert re.search(r"^e2e_mcqa_native/native-ohm\s+2\s", process.stdout, re.MULTILINE)
+    assert re.search(r"^example_single_tool_call_simple_agent\s+2\s+4\s+0\s+1\.00\s+100%\s+100%$", process.stdout, re.MULTILINE)
 
 
 def _collector_shaped(line: str) -> str:

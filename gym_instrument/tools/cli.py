@@ -1,33 +1,56 @@
-"""The ``gym-instrument`` command: ``report`` (what a run's spans say) and ``replay`` (spans from a run's files).
+"""The ``gym-instrument`` command: ``report`` (what a run's spans say), ``compare`` (run B against run A)
+and ``replay`` (spans from a run's files).
 
 ::
 
-    gym-instrument report PATH... [--html OUT.html] [--format text|json] [--trace-url TEMPLATE]
+    gym-instrument report PATH... [--html OUT.html | --no-html] [--format text|json] [--trace-url TEMPLATE]
+    gym-instrument compare RUN_A RUN_B [--html OUT.html] [--format text|json]
     gym-instrument replay RUN_DIR [--output FILE]
 
-Both need the ``report`` extra: ``pip install 'gym-instrument[report]'``.
+``report`` and ``compare`` need only the base install (``pip install gym-instrument``): the page's
+charts are inline SVG. ``replay`` needs the ``report`` extra (the SDK and OpenTelemetry's OTLP/JSON
+file exporter): without it, it says so in one line. No command ends in a traceback: a path that
+does not exist or holds no spans is one line and exit code 2, a missing extra exit code 3, and
+anything unexpected one line and exit code 1 (``GYM_INSTRUMENT_DEBUG=1`` shows the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
+
+EXIT_BAD_INPUT = 2
+EXIT_MISSING_EXTRA = 3
+EXTRA = "pip install 'gym-instrument[report]'"
+# What replay imports beyond the base install, as (module, distribution).
+REPLAY_NEEDS = (("opentelemetry.sdk", "opentelemetry-sdk"),)
+FILE_EXPORTER = ("opentelemetry.exporter.otlp.json.file", "opentelemetry-exporter-otlp-json-file")
+
+EPILOG = (
+    "exit codes: 0 done, 1 an unexpected error (one line; GYM_INSTRUMENT_DEBUG=1 for the traceback), "
+    "2 bad input (a path that does not exist, no spans in it, a bad option), 3 a missing extra"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
     from gym_instrument.tools.report.figures import TRACE_URL_PRESETS
 
-    parser = argparse.ArgumentParser(prog="gym-instrument", description="Look at a rollout run's spans.")
+    parser = argparse.ArgumentParser(prog="gym-instrument", description="Look at a rollout run's spans.", epilog=EPILOG)
     commands = parser.add_subparsers(dest="command", required=True)
 
     report = commands.add_parser(
         "report",
         help="summarise a run's spans (OTLP/JSON lines) in the terminal and as one HTML page",
         description="Read the spans of a run (OTLP/JSON lines, as OpenTelemetry's file exporter and the Collector's "
-        "file exporter write them) and summarise them: per task, health, time. Files are read streaming.",
+        "file exporter write them) and summarise them: per task, per rollout, reward against health, time. "
+        "Files are read streaming.",
+        epilog=EPILOG,
     )
     report.add_argument("paths", nargs="+", metavar="PATH", help="span files, or directories of them")
     report.add_argument(
@@ -47,14 +70,34 @@ def _parser() -> argparse.ArgumentParser:
         "--success-threshold", type=float, default=1.0, metavar="R", help="a reward >= R is a success (default 1.0)"
     )
     report.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: long reads on a terminal)"
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: long reads on a terminal; needs the report extra)",
+    )
+
+    compare = commands.add_parser(
+        "compare",
+        help="run B against run A: per task and overall, reward, success, pass@k, unhealthy and failed",
+        description="Read two runs' spans (each a span file or a folder of them, a replayed run's folder included) and "
+        "compare them per task and overall, the tasks that got worse first.",
+        epilog=EPILOG,
+    )
+    compare.add_argument("run_a", metavar="RUN_A", help="the first run (the baseline): a span file or a folder")
+    compare.add_argument("run_b", metavar="RUN_B", help="the second run: a span file or a folder")
+    compare.add_argument("--html", metavar="OUT.html", help="also write the comparison as an HTML page")
+    compare.add_argument("--format", choices=("text", "json"), default="text", help="terminal output: a summary, or JSON")
+    compare.add_argument(
+        "--success-threshold", type=float, default=1.0, metavar="R", help="a reward >= R is a success (default 1.0)"
     )
 
     replay = commands.add_parser(
         "replay",
         help="turn a past NeMo Gym run's files into the spans the live instrumentation makes",
         description="Read rollouts.jsonl (and <stem>_failures.jsonl, <stem>_materialized_inputs.jsonl, rollout_verdicts.jsonl "
-        "where present) and make dispatch, verify and health spans, marked gym.replayed=true.",
+        "where present) and make dispatch, verify and health spans, marked gym.replayed=true. "
+        "Needs the report extra: " + EXTRA,
+        epilog=EPILOG,
     )
     replay.add_argument("run_dir", metavar="RUN_DIR", help="a run's output directory, or its rollouts .jsonl file")
     replay.add_argument(
@@ -64,25 +107,39 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class CommandError(Exception):
+    """One line for the user and an exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def _default_html(first: str) -> Path:
     path = Path(first)
     return (path if path.is_dir() else path.parent) / "report.html"
 
 
-def report_command(args: argparse.Namespace) -> int:
-    from gym_instrument.tools.report import build_report, write_html
-    from gym_instrument.tools.report.text import summary
+def _figures(paths: Sequence[str], args: argparse.Namespace, trace_url: str | None = None) -> dict[str, Any]:
+    from gym_instrument.tools.report import build_report
 
     try:
-        figures = build_report(
-            args.paths, trace_url=args.trace_url, success_threshold=args.success_threshold, progress=args.progress
+        return build_report(
+            paths, trace_url=trace_url, success_threshold=args.success_threshold, progress=getattr(args, "progress", None)
         )
     except (FileNotFoundError, ValueError) as error:
-        print(f"gym-instrument report: {error}", file=sys.stderr)
-        return 2
+        raise CommandError(str(error)) from None
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from gym_instrument.tools.report import write_html
+    from gym_instrument.tools.report.text import summary
+
+    figures = _figures(args.paths, args, args.trace_url)
     html_path = None
     if not args.no_html:
-        html_path = write_html(figures, args.html or _default_html(args.paths[0]))
+        name = ", ".join(Path(path).name or str(path) for path in args.paths[:3]) + (" …" if len(args.paths) > 3 else "")
+        html_path = write_html(figures, args.html or _default_html(args.paths[0]), title=f"gym-instrument report: {name}")
     if args.format == "json":
         json.dump(figures, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -91,14 +148,48 @@ def report_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare_command(args: argparse.Namespace) -> int:
+    from gym_instrument.tools.report import write_compare_html
+    from gym_instrument.tools.report.compare import compare, summary
+
+    comparison = compare(_figures([args.run_a], args), _figures([args.run_b], args), args.run_a, args.run_b)
+    title = f"gym-instrument compare: {Path(args.run_a).name} → {Path(args.run_b).name}"
+    html_path = write_compare_html(comparison, args.html, title=title) if args.html else None
+    if args.format == "json":
+        json.dump(comparison, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(summary(comparison, str(html_path) if html_path else None))
+    return 0
+
+
+def missing_modules(needed: Sequence[tuple[str, str]]) -> list[str]:
+    """The distributions of ``needed`` whose module cannot be imported here."""
+    missing = []
+    for module, distribution in needed:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package is missing
+            found = False
+        if not found:
+            missing.append(distribution)
+    return missing
+
+
 def replay_command(args: argparse.Namespace) -> int:
+    missing = missing_modules([*REPLAY_NEEDS, *([FILE_EXPORTER] if args.output else [])])
+    if missing:
+        raise CommandError(
+            f"replay needs the OpenTelemetry SDK and its OTLP/JSON file exporter, not installed here ({', '.join(missing)}):"
+            f" {EXTRA}",
+            EXIT_MISSING_EXTRA,
+        )
     from gym_instrument.tools.replay import replay
 
     try:
         counts = replay(args.run_dir, output=args.output, append=args.append)
     except (FileNotFoundError, ValueError) as error:
-        print(f"gym-instrument replay: {error}", file=sys.stderr)
-        return 2
+        raise CommandError(str(error)) from None
     where = args.output or "the configured exporter"
     print(
         f"replayed {counts.dispatches} dispatches ({counts.failed_dispatches} failed), {counts.verifies} verify and"
@@ -110,11 +201,39 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "report": report_command,
+    "compare": compare_command,
+    "replay": replay_command,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "report":
-        return report_command(args)
-    return replay_command(args)
+    name = f"gym-instrument {args.command}"
+    try:
+        return COMMANDS[args.command](args)
+    except CommandError as error:
+        print(f"{name}: {error}", file=sys.stderr)
+        return error.code
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `gym-instrument report ... | head`: the reader left, nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except OSError as error:  # unreadable input, a page that cannot be written
+        print(f"{name}: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as error:
+        if os.environ.get("GYM_INSTRUMENT_DEBUG"):
+            raise
+        print(
+            f"{name}: unexpected {type(error).__name__}: {error} (GYM_INSTRUMENT_DEBUG=1 shows where; please report it)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -14,12 +14,20 @@ What grows with the run, and what does not:
   process that is about one export batch; when the verify spans are in another file read later
   (another process), one small entry per rollout until then, up to ``join_capacity`` (oldest
   dropped first, counted in ``verifies_without_dispatch``).
+- reward against verdict: one compact entry per rollout (:class:`RolloutMemo`: 8 bytes of key, 8
+  of reward, 1 of verdict, in arrays, about 34 MB for a million rollouts), because a run's health
+  pass comes after its whole collection;
+- the all-rollouts table: the first ``rollout_rows`` rollouts (counts stay exact);
+- retries: the attempts of a (task index, repeat) that failed or was retried, up to ``CHAINS``.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
+import json
 import math
+from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from typing import Any, cast
@@ -35,10 +43,154 @@ REPLAY_TIMING = "gym.replay.timing"
 TIMING_PLACEHOLDER = "placeholder"
 
 SLOWEST = 20
+DISCRETE_VALUES = 6  # up to this many distinct rewards: a bar per value; more: a histogram
+REWARD_BINS = 20
 LISTED = 500  # unhealthy and failed rollouts listed by name (all are counted)
 REWARD_VALUES = 101  # distinct rounded reward values kept per task for the pictures
 JOIN_CAPACITY = 1_000_000
 NO_TASK = "(no task id)"
+ROLLOUT_ROWS = 2000  # rollouts kept one by one for the all-rollouts table (all are counted)
+CHAINS = 20_000  # (task index, repeat) pairs followed for retries
+MEMO_CAPACITY = 16_000_000  # rollouts whose reward is crossed with their verdict
+NO_AGENT = "(no agent name)"
+SEVERAL = "(several)"
+VERDICT_CODES = {"healthy": 1, "unhealthy": 2, "unobserved": 3}
+VERDICT_NAMES = {0: "no verdict", 1: "healthy", 2: "unhealthy", 3: "unobserved", 4: "other verdict"}
+REWARD_CLASSES = ("success", "below threshold", "masked", "unscored", "no verify")
+_MASK64 = (1 << 64) - 1
+
+
+def readable_task(task_id: str) -> tuple[str, str | None]:
+    """A task id as a person reads it, and its taskset.
+
+    NeMo Gym 0.7.0's native task ids are mappings, rendered as compact JSON on the span
+    (``{"task_id":"native-ohm","taskset":"e2e_mcqa_native"}``): shown as ``e2e_mcqa_native/native-ohm``,
+    the taskset first, then the other values in key order.
+    """
+    if not task_id.startswith("{"):
+        return task_id, None
+    try:
+        mapping = json.loads(task_id)
+    except ValueError:
+        return task_id, None
+    if type(mapping) is not dict or not mapping:
+        return task_id, None
+    taskset = mapping.get("taskset")
+    parts = [] if taskset is None else [str(taskset)]
+    parts += [
+        value if type(value) is str else json.dumps(value, separators=(",", ":"))
+        for key, value in sorted(mapping.items())
+        if key != "taskset"
+    ]
+    return "/".join(parts), None if taskset is None else str(taskset)
+
+
+def rollout_key(trace_id: str, rollout_id: str | None) -> int:
+    """One rollout's key in a run: its trace and its rollout id (one trace may hold many rollouts)."""
+    key = (int(trace_id[16:], 16) ^ (hash(rollout_id or "") & _MASK64)) & _MASK64
+    return key or 1
+
+
+class RolloutMemo:
+    """Each rollout's reward and verdict, in open-addressing arrays: a few dozen bytes a rollout.
+
+    The reward is NaN until its verify is read, +inf when masked, -inf when there is no numeric
+    reward; the verdict a code of ``VERDICT_CODES`` (0: none yet, 4: another verdict).
+    """
+
+    def __init__(self, capacity: int = MEMO_CAPACITY) -> None:
+        self.capacity = capacity
+        self.size = 0
+        self.full = 0  # rollouts not kept: over capacity
+        self._allocate(1 << 10)
+
+    def _allocate(self, slots: int) -> None:
+        self.keys = array("Q", bytes(8 * slots))
+        self.rewards = array("d", [math.nan]) * slots
+        self.verdicts = bytearray(slots)
+        self.mask = slots - 1
+
+    def _slot(self, key: int, insert: bool) -> int:
+        keys, mask = self.keys, self.mask
+        slot = key & mask
+        while True:
+            found = keys[slot]
+            if found == key:
+                return slot
+            if found == 0:
+                if not insert:
+                    return -1
+                if self.size >= self.capacity:
+                    self.full += 1
+                    return -1
+                if 2 * (self.size + 1) > len(keys):
+                    self._grow()
+                    return self._slot(key, insert)
+                keys[slot] = key
+                self.size += 1
+                return slot
+            slot = (slot + 1) & mask
+
+    def _grow(self) -> None:
+        keys, rewards, verdicts = self.keys, self.rewards, self.verdicts
+        self._allocate(2 * len(keys))
+        new_keys, new_rewards, new_verdicts, mask = self.keys, self.rewards, self.verdicts, self.mask
+        for old, key in enumerate(keys):
+            if key:
+                slot = key & mask
+                while new_keys[slot]:
+                    slot = (slot + 1) & mask
+                new_keys[slot], new_rewards[slot], new_verdicts[slot] = key, rewards[old], verdicts[old]
+
+    def add(self, key: int) -> None:
+        self._slot(key, True)
+
+    def set_reward(self, key: int, reward: float) -> None:
+        slot = self._slot(key, True)
+        if slot >= 0:
+            self.rewards[slot] = reward
+
+    def set_verdict(self, key: int, verdict: int) -> None:
+        slot = self._slot(key, True)
+        if slot >= 0:
+            self.verdicts[slot] = verdict
+
+    def get(self, key: int) -> tuple[float, int] | None:
+        slot = self._slot(key, False)
+        return None if slot < 0 else (self.rewards[slot], self.verdicts[slot])
+
+    def crossed(self, threshold: float) -> dict[str, dict[str, int]]:
+        """Rollouts counted by reward class (``REWARD_CLASSES``) and verdict."""
+        counts: Counter[tuple[str, int]] = Counter()
+        for key, reward, verdict in zip(self.keys, self.rewards, self.verdicts, strict=True):
+            if key:
+                counts[(reward_class(reward, threshold), verdict)] += 1
+        return {
+            name: {VERDICT_NAMES[code]: counts[(name, code)] for code in VERDICT_NAMES if counts[(name, code)]}
+            for name in REWARD_CLASSES
+            if any(counts[(name, code)] for code in VERDICT_NAMES)
+        }
+
+
+def reward_class(reward: float, threshold: float) -> str:
+    if math.isnan(reward):
+        return "no verify"
+    if reward == math.inf:
+        return "masked"
+    if reward == -math.inf:
+        return "unscored"
+    return "success" if reward >= threshold else "below threshold"
+
+
+def reward_value(reward: float) -> float | str | None:
+    """A memo reward as the figures show it: a number, "masked", "unscored", or None (no verify)."""
+    if math.isnan(reward):
+        return None
+    if reward == math.inf:
+        return "masked"
+    if reward == -math.inf:
+        return "unscored"
+    return reward
 
 
 class DurationSketch:
@@ -103,11 +255,58 @@ class DurationSketch:
             for index in range(max(merged) + 1)
         ]
 
+    def linear_histogram(self, bins: int | None = None) -> dict[str, Any]:
+        """Counts in ``bins`` equal bins from 0 to the p99 (to the max when it is near): a linear axis.
+
+        Durations past the last edge are counted in ``beyond`` (one long tail would leave every bin but
+        the first empty).
+        """
+        top = self.quantile(0.99)
+        if top is None or self.max is None:
+            return {"bins": [], "beyond": 0}
+        if self.max <= 1.5 * top:
+            top = float(self.max)
+        if bins is None:  # about two bins per square root of the count: a few for a small run, 30 at most
+            bins = max(5, min(30, round(2 * math.sqrt(self.count))))
+        width = nice_step(top / bins) if top > 0 else 1.0
+        bins = max(1, math.ceil(top / width))
+        counts = [0] * bins
+        beyond = 0
+        counts[0] += self.zero
+        for bucket, count in self.buckets.items():
+            value = min(self.value_of(bucket), float(self.max))
+            index = int(value / width)
+            if index < bins:
+                counts[index] += count
+            elif value <= top * 1.0000001:
+                counts[-1] += count
+            else:
+                beyond += count
+        return {
+            "bins": [
+                {"from_ms": index * width / 1e6, "to_ms": (index + 1) * width / 1e6, "count": count}
+                for index, count in enumerate(counts)
+            ],
+            "beyond": beyond,
+        }
+
+
+def nice_step(raw: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``raw``: round bin edges."""
+    if raw <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(raw))
+    for factor in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if factor * power >= raw:
+            return factor * power
+    return 10.0 * power
+
 
 class TaskStats:
     """One task's figures: its repeats are one group (a GRPO group)."""
 
     __slots__ = (
+        "agent",
         "dispatches",
         "duration_total",
         "durations",
@@ -123,16 +322,19 @@ class TaskStats:
         "successes",
         "task_id",
         "task_index",
+        "taskset",
         "unhealthy",
         "unscored",
         "values",
         "values_other",
     )
 
-    def __init__(self, label: str, task_id: str | None, task_index: int | None) -> None:
+    def __init__(self, label: str, task_id: str | None, task_index: int | None, taskset: str | None = None) -> None:
         self.label = label
         self.task_id = task_id
         self.task_index = task_index
+        self.taskset = taskset
+        self.agent: str | None = None
         self.dispatches = 0
         self.error_types: Counter[str] | None = None
         self.rewarded = 0
@@ -217,8 +419,16 @@ class RunFigures:
         success_threshold: float = 1.0,
         trace_url: str | None = None,
         join_capacity: int = JOIN_CAPACITY,
+        rollout_rows: int = ROLLOUT_ROWS,
+        memo_capacity: int = MEMO_CAPACITY,
     ) -> None:
         self.success_threshold = success_threshold
+        self.rollout_rows = rollout_rows
+        self.memo = RolloutMemo(memo_capacity)
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.chains: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        self.retried_dispatches = 0
+        self.rewarded_unhealthy: list[dict[str, Any]] = []
         self.trace_url = trace_url
         self.join_capacity = join_capacity
         self.tasks: dict[tuple[str, Any], TaskStats] = {}
@@ -273,10 +483,20 @@ class RunFigures:
         key: tuple[str, Any] = ("id", task_id) if task_id is not None else ("index", task_index)
         task = self.tasks.get(key)
         if task is None:
-            label = task_id if task_id is not None else (f"#{task_index}" if task_index is not None else NO_TASK)
-            task = self.tasks[key] = TaskStats(label, task_id, task_index)
+            taskset = None
+            if task_id is not None:
+                label, taskset = readable_task(task_id)
+            else:
+                label = f"#{task_index}" if task_index is not None else NO_TASK
+            task = self.tasks[key] = TaskStats(label, task_id, task_index, taskset)
         if task_index is not None and task_index not in self.task_of_index:
             self.task_of_index[task_index] = task
+        agent = attributes.get(semconv.AGENT_NAME)
+        agent = agent if type(agent) is str else NO_AGENT
+        if task.agent is None:
+            task.agent = agent
+        elif task.agent != agent:
+            task.agent = SEVERAL
         return task
 
     def _rollout(self, span: Span, attributes: dict[str, Any], task: TaskStats | None) -> dict[str, Any]:
@@ -294,6 +514,9 @@ class RunFigures:
         self.dispatches += 1
         task = self._task(attributes)
         task.dispatches += 1
+        rollout_id = attributes.get(semconv.ROLLOUT_ID)
+        rollout_id = rollout_id if type(rollout_id) is str else None
+        key = rollout_key(span.trace_id, rollout_id)
         if task.example_trace_id is None:
             task.example_trace_id = span.trace_id
         if self.first_start is None or 0 < span.start_ns < self.first_start:
@@ -309,6 +532,11 @@ class RunFigures:
             task.error_types[error_name] += 1
             if len(self.failed) < LISTED:
                 self.failed.append({**self._rollout(span, attributes, task), "error_type": error_name})
+        else:
+            error_name = None
+            self.memo.add(key)
+        self._attempt(span, attributes, task, rollout_id, error_name, key)
+        duration: int | None = None
         if attributes.get(REPLAY_TIMING) == TIMING_PLACEHOLDER or span.end_ns < span.start_ns or not span.start_ns:
             self.without_duration += 1
         else:
@@ -323,7 +551,54 @@ class RunFigures:
                     heapq.heappush(self.slowest, entry)
                 else:
                     heapq.heapreplace(self.slowest, entry)
-        self._meet(span, attributes, "dispatch", task)
+        if len(self.rows) < self.rollout_rows and key not in self.rows:
+            repeat = attributes.get(semconv.ROLLOUT_REPEAT)
+            self.rows[key] = {
+                **self._rollout(span, attributes, task),
+                "task_index": task.task_index,
+                "repeat": repeat if type(repeat) is int else None,
+                "agent": attributes.get(semconv.AGENT_NAME) if type(attributes.get(semconv.AGENT_NAME)) is str else None,
+                "error_type": error_name,
+                "duration_ms": None if duration is None else duration / 1e6,
+            }
+        self._meet(span, attributes, "dispatch", (task, key))
+
+    def _attempt(
+        self, span: Span, attributes: dict[str, Any], task: TaskStats, rollout_id: str | None, error: str | None, key: int
+    ) -> None:
+        """Follow a (task index, repeat) that failed or was retried: its attempts, in order, are one chain."""
+        task_index, repeat, attempt = attributes.get(semconv.TASK_INDEX), attributes.get(semconv.ROLLOUT_REPEAT), None
+        attempt_value = attributes.get(semconv.ROLLOUT_ATTEMPT)
+        if type(attempt_value) is int:
+            attempt = attempt_value
+        # The id's index form ("3-1-a2") only where an attribute is missing: most dispatches carry all three.
+        needed = type(task_index) is not int or type(repeat) is not int or (attempt is None and "-a" in (rollout_id or ""))
+        if needed and rollout_id is not None and (parsed := parse_index_form(rollout_id)) is not None:
+            task_index = task_index if type(task_index) is int else parsed[0]
+            repeat = repeat if type(repeat) is int else parsed[1]
+            attempt = attempt if attempt is not None else (parsed[2] or 0)
+        attempt = attempt or 0
+        if attempt > 0:
+            self.retried_dispatches += 1
+        if type(task_index) is not int or type(repeat) is not int:
+            return
+        pair = (task_index, repeat)
+        chain = self.chains.get(pair)
+        if chain is None:
+            if (error is None and attempt == 0) or len(self.chains) >= CHAINS:
+                return
+            chain = self.chains[pair] = []
+        chain.append(
+            {
+                "rollout_id": rollout_id,
+                "attempt": attempt,
+                "error_type": error,
+                "task": task.label,
+                "trace_id": span.trace_id,
+                "span_id": span.span_id,
+                "key": key,
+            }
+        )
 
     def _verify(self, span: Span, attributes: dict[str, Any]) -> None:
         self.verifies += 1
@@ -346,7 +621,8 @@ class RunFigures:
         else:
             self._score(partner, payload)
 
-    def _score(self, task: TaskStats, result: tuple[float | None, bool]) -> None:
+    def _score(self, dispatch: tuple[TaskStats, int | None], result: tuple[float | None, bool]) -> None:
+        task, key = dispatch
         reward, masked = result
         if reward is not None:
             task.add_reward(reward, reward >= self.success_threshold)
@@ -354,6 +630,8 @@ class RunFigures:
             task.masked += 1
         else:
             task.unscored += 1
+        if key is not None:
+            self.memo.set_reward(key, reward if reward is not None else (math.inf if masked else -math.inf))
 
     def _take(self, trace_id: str, kind: str, rollout_id: str | None) -> Any:
         entries = self._pending.get(trace_id)
@@ -382,7 +660,7 @@ class RunFigures:
     def _settle(self, entries: list[tuple[str, str | None, Any]]) -> None:
         for kind, _, payload in entries:
             if kind == "verify":
-                self._score(self.orphan_verifies, payload)
+                self._score((self.orphan_verifies, None), payload)
             else:
                 self.dropped_dispatch_joins += 1
 
@@ -394,17 +672,31 @@ class RunFigures:
         checks = sorted({check for check in checks if type(check) is str}) if type(checks) is list else []
         self.verdicts[verdict] += 1
         self.checks.update(checks)
+        rollout_id = attributes.get(semconv.ROLLOUT_ID)
+        rollout_id = rollout_id if type(rollout_id) is str else None
+        key = rollout_key(span.trace_id, rollout_id)
+        self.memo.set_verdict(key, VERDICT_CODES.get(verdict, 4))
+        row = self.rows.get(key)
+        if row is not None:
+            row["checks"] = checks
         if verdict == "unhealthy":
-            rollout_id = attributes.get(semconv.ROLLOUT_ID)
             task = None
-            if type(rollout_id) is str:
+            if rollout_id is not None:
                 parsed = parse_index_form(rollout_id)
                 if parsed is not None:
                     task = self.task_of_index.get(parsed[0])
             if task is not None:
                 task.unhealthy += 1
+            entry = {**self._rollout(span, attributes, task), "checks": checks, "key": key}
             if len(self.unhealthy) < LISTED:
-                self.unhealthy.append({**self._rollout(span, attributes, task), "checks": checks})
+                self.unhealthy.append(entry)
+            known = self.memo.get(key)
+            if (
+                known is not None
+                and reward_class(known[0], self.success_threshold) == "success"
+                and len(self.rewarded_unhealthy) < LISTED
+            ):
+                self.rewarded_unhealthy.append(entry)
 
     # -- figures ------------------------------------------------------------------------------
 
@@ -438,6 +730,9 @@ class RunFigures:
             "pass_at_k": {str(k): pass_at_k(task.rewarded, task.successes, k) for k in ks_for(task.rewarded)},
             "zero_variance": task.zero_variance,
             "unhealthy": task.unhealthy,
+            "unhealthy_rate": task.unhealthy / rollouts if rollouts else None,
+            "taskset": task.taskset,
+            "agent": task.agent,
             "mean_duration_ms": task.duration_total / task.durations / 1e6 if task.durations else None,
             "reward_values": {repr(value): count for value, count in sorted(task.values.items())},
             "example_trace_id": task.example_trace_id,
@@ -537,8 +832,173 @@ class RunFigures:
                 "histogram": durations.histogram(),
             },
             "trace_url": self.trace_url,
+            "rewards": self._reward_distribution(task_figures, errors),
+            "reward_health": self._reward_health(),
+            "groups": {
+                "agent": group_figures(task_figures, "agent"),
+                "taskset": group_figures(task_figures, "taskset") if any(task.taskset for task in tasks) else [],
+            },
+            "retries": self._retries(),
+            "rollouts": self._rollout_rows(),
         }
+        figures["time"]["linear_histogram"] = durations.linear_histogram()
+        figures["health"]["unhealthy"] = [
+            self._fill({key: value for key, value in item.items() if key != "key"}, item["key"]) for item in self.unhealthy
+        ]
         return figures
+
+    def _fill(self, rollout: dict[str, Any], key: int) -> dict[str, Any]:
+        """A listed rollout's reward and verdict, as the memo has them at the end of the read."""
+        known = self.memo.get(key)
+        reward, verdict = known if known is not None else (math.nan, 0)
+        rollout["reward"] = reward_value(reward)
+        rollout["verdict"] = VERDICT_NAMES[verdict] if verdict else None
+        return rollout
+
+    def _reward_distribution(self, tasks: list[dict[str, Any]], errors: int) -> dict[str, Any]:
+        """Every rollout once: its reward value (rounded to 0.01), or masked, unscored, not verified, failed."""
+        values: Counter[float] = Counter()
+        for task in self.tasks.values():
+            values.update(task.values)
+        other = sum(task.values_other for task in self.tasks.values())
+        distribution: dict[str, Any] = {
+            "over": "rollouts",
+            "values": {repr(value): count for value, count in sorted(values.items())},
+            "values_other": other,
+            "masked": sum(task["masked"] for task in tasks),
+            "unscored": sum(task["unscored"] for task in tasks),
+            "unverified": sum(task["unverified"] for task in tasks),
+            "failed": errors,
+            "binary": set(values) <= {0.0, 1.0},
+            "bins": [],
+        }
+        if len(values) > DISCRETE_VALUES:
+            low, high = min(values), max(values)
+            width = (high - low) / REWARD_BINS or 1.0
+            counts = [0] * REWARD_BINS
+            for value, count in values.items():
+                counts[min(REWARD_BINS - 1, int((value - low) / width))] += count
+            distribution["bins"] = [
+                {"from": low + index * width, "to": low + (index + 1) * width, "count": count}
+                for index, count in enumerate(counts)
+            ]
+        return distribution
+
+    def _reward_health(self) -> dict[str, Any]:
+        crossed = self.memo.crossed(self.success_threshold)
+        listed_keys = {id(entry) for entry in self.rewarded_unhealthy}
+        rewarded_unhealthy = []
+        for entry in self.rewarded_unhealthy:
+            rewarded_unhealthy.append(self._fill({k: v for k, v in entry.items() if k != "key"}, entry["key"]))
+        for entry in self.unhealthy:  # a verify read after its verdict: known only now
+            if id(entry) in listed_keys or "key" not in entry or len(rewarded_unhealthy) >= LISTED:
+                continue
+            known = self.memo.get(entry["key"])
+            if known is not None and reward_class(known[0], self.success_threshold) == "success":
+                rewarded_unhealthy.append(self._fill({k: v for k, v in entry.items() if k != "key"}, entry["key"]))
+        return {
+            "over": "rollouts with a verdict or a verify (failed dispatches left out)",
+            "classes": list(REWARD_CLASSES),
+            "counts": crossed,
+            "rewarded_unhealthy_total": crossed.get("success", {}).get("unhealthy", 0),
+            "rewarded_unhealthy": rewarded_unhealthy,
+            "not_crossed": self.memo.full,
+        }
+
+    def _retries(self) -> dict[str, Any]:
+        chains: list[dict[str, Any]] = []
+        recovered = still_failed = 0
+        for (task_index, repeat), attempts in self.chains.items():
+            ordered = sorted(attempts, key=lambda attempt: attempt["attempt"])
+            last = ordered[-1]
+            outcome = "failed" if last["error_type"] is not None else "recovered"
+            if len(ordered) < 2 and outcome == "recovered":
+                continue  # a retry whose failed attempt is not in the files read
+            recovered += outcome == "recovered"
+            still_failed += outcome == "failed"
+            if len(chains) < LISTED:
+                listed = []
+                for attempt in ordered:
+                    entry = {key: value for key, value in attempt.items() if key != "key"}
+                    if attempt["error_type"] is None:
+                        self._fill(entry, attempt["key"])
+                    if self.trace_url:
+                        entry["trace_url"] = trace_link(self.trace_url, attempt["trace_id"], attempt["span_id"])
+                    listed.append(entry)
+                chains.append(
+                    {"task": last["task"], "task_index": task_index, "repeat": repeat, "outcome": outcome, "attempts": listed}
+                )
+        return {
+            "retried_dispatches": self.retried_dispatches,
+            "recovered": recovered,
+            "still_failed": still_failed,
+            "chains": chains,
+            "followed_limit": CHAINS,
+        }
+
+    def _rollout_rows(self) -> dict[str, Any]:
+        retry_of: dict[str, str] = {}
+        retried_by: dict[str, str] = {}
+        for attempts in self.chains.values():
+            ordered = sorted(attempts, key=lambda attempt: attempt["attempt"])
+            for earlier, later in itertools.pairwise(ordered):
+                if earlier["rollout_id"] and later["rollout_id"]:
+                    retry_of[later["rollout_id"]] = earlier["rollout_id"]
+                    retried_by[earlier["rollout_id"]] = later["rollout_id"]
+        rows = []
+        for key, row in self.rows.items():
+            entry = self._fill(dict(row), key)
+            entry.setdefault("checks", [])
+            if row["error_type"] is not None:
+                entry["reward"], entry["verdict"] = None, None
+            rollout_id = row["rollout_id"]
+            if rollout_id in retry_of:
+                entry["retry_of"] = retry_of[rollout_id]
+            if rollout_id in retried_by:
+                entry["retried_by"] = retried_by[rollout_id]
+            rows.append(entry)
+        return {"total": self.dispatches, "listed": len(rows), "rows": rows}
+
+
+def group_figures(tasks: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
+    """The tasks' figures summed per agent (or taskset): a task counts once, under the name it ran with."""
+    groups: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        name = task[field] or (NO_AGENT if field == "agent" else "(no taskset)")
+        group = groups.get(name)
+        if group is None:
+            group = groups[name] = {
+                "name": name,
+                "tasks": 0,
+                "dispatches": 0,
+                "failed": 0,
+                "rollouts": 0,
+                "rewarded": 0,
+                "reward_total": 0.0,
+                "successes": 0,
+                "rates": [],
+                "unhealthy": 0,
+            }
+        group["tasks"] += 1
+        group["dispatches"] += task["dispatches"]
+        group["failed"] += sum(task["errors"].values())
+        group["rollouts"] += task["rollouts"]
+        group["rewarded"] += task["rewarded"]
+        group["reward_total"] += (task["mean_reward"] or 0.0) * task["rewarded"]
+        group["successes"] += task["successes"]
+        if task["success_rate"] is not None:
+            group["rates"].append(task["success_rate"])
+        group["unhealthy"] += task["unhealthy"]
+    figures = []
+    for group in sorted(groups.values(), key=lambda group: (-group["dispatches"], group["name"])):
+        rates = group.pop("rates")
+        total = group.pop("reward_total")
+        group["mean_reward"] = total / group["rewarded"] if group["rewarded"] else None
+        group["success_rate"] = group["successes"] / group["rewarded"] if group["rewarded"] else None
+        group["pass_at_1"] = sum(rates) / len(rates) if rates else None
+        group["unhealthy_rate"] = group["unhealthy"] / group["rollouts"] if group["rollouts"] else None
+        figures.append(group)
+    return figures
 
 
 # -- trace links -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import base64
 import binascii
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -62,24 +63,41 @@ class ReadStats:
     files_read: list[str] = field(default_factory=list)
 
 
-def span_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """The files to read: each path itself, or every regular file under a directory (sorted)."""
+def span_files(paths: Sequence[str | os.PathLike[str]], skipped: list[Path] | None = None) -> list[Path]:
+    """The files to read: each path itself, or every OTLP/JSON file under a directory (sorted).
+
+    Under a directory, a ``.json``/``.jsonl``/``.ndjson`` file whose first line is not an OTLP batch
+    (a run's ``rollouts.jsonl`` beside its replayed spans, say) is left out and added to ``skipped``.
+    """
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            files.extend(
-                sorted(
-                    child
-                    for child in path.rglob("*")
-                    if child.is_file() and child.suffix in (".jsonl", ".json", ".ndjson") and not child.name.startswith(".")
-                )
-            )
+            for child in sorted(path.rglob("*")):
+                if not child.is_file() or child.suffix not in (".jsonl", ".json", ".ndjson") or child.name.startswith("."):
+                    continue
+                if looks_like_otlp(child):
+                    files.append(child)
+                elif skipped is not None:
+                    skipped.append(child)
         elif path.exists():
             files.append(path)
         else:
             raise FileNotFoundError(f"no such file or directory: {path}")
     return files
+
+
+_OTLP_START = re.compile(rb'\s*\{\s*"(resource|instrumentation_?[lL]ibrary)')
+
+
+def looks_like_otlp(path: Path) -> bool:
+    """Whether the file starts as an OTLP/JSON batch does (an empty file does not)."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(256)
+    except OSError:
+        return False
+    return _OTLP_START.match(head) is not None
 
 
 def hex_id(value: Any, size: int) -> str | None:
@@ -221,13 +239,20 @@ def spans_of_line(line: str | bytes, stats: ReadStats) -> Iterator[Span]:
 class _Progress:
     """A tqdm bar over the bytes read, drawn on a terminal for long reads only."""
 
+    warned = False
+
     def __init__(self, total: int, enabled: bool | None) -> None:
         self.bar: Any = None
         if enabled is None:
             enabled = total >= PROGRESS_BYTES and sys.stderr.isatty()
         if enabled:
-            from tqdm import tqdm
-
+            try:
+                from tqdm import tqdm
+            except ImportError:  # the base install: no bar, and the read goes on
+                if not _Progress.warned:
+                    _Progress.warned = True
+                    print("no progress bar: tqdm is not installed (pip install 'gym-instrument[report]')", file=sys.stderr)
+                return
             self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="reading spans", file=sys.stderr)
 
     def update(self, amount: int) -> None:

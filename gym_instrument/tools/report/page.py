@@ -1,7 +1,10 @@
-"""The report as one self-contained HTML page: tables, links to each rollout's trace, and plotly pictures.
+"""The report as one self-contained HTML page: tables that sort and filter, links to each rollout's
+trace, and small inline SVG charts (:mod:`gym_instrument.tools.report.svg`).
 
-plotly.js is embedded once in the page (no network needed to open it); every picture is
-interactive (hover for the numbers, zoom, save as PNG).
+Nothing is loaded from the network and no plotting library is embedded: the page of a small run is
+tens of KB, and it grows with the rows it embeds (at most ``ROLLOUT_ROWS`` rollouts and
+``TABLE_TASKS`` tasks; the counts above them are over the whole run). Sorting and filtering are a
+few lines of script in the page; without script the tables still read.
 """
 
 from __future__ import annotations
@@ -10,356 +13,642 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from gym_instrument.tools.report.svg import Bar, Segment, duration_label, histogram, horizontal_bars, stacked_shares
 from gym_instrument.tools.report.text import milliseconds, number, percent
 
-PICTURE_TASKS = 40  # tasks drawn in the reward picture
+PICTURE_TASKS = 40  # tasks drawn in the reward-per-task chart
 TABLE_TASKS = 5000  # rows of the per-task table (the JSON has them all)
-DISCRETE_REWARDS = 6  # up to this many distinct reward values: a stacked bar per task, else box plots
-VERDICT_COLOURS = {"healthy": "#2ca02c", "unhealthy": "#d62728", "unobserved": "#7f7f7f"}
+VERDICT_COLOURS = {"healthy": "#59a14f", "unhealthy": "#e15759", "unobserved": "#9c9c9c"}
+SUCCESS, BELOW, MASKED, UNSCORED, UNVERIFIED, FAILED = "#59a14f", "#f28e2b", "#b07aa1", "#9c755f", "#bab0ac", "#e15759"
 
-_STYLE = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; }
-body { margin: 24px auto; max-width: 1440px; padding: 0 16px; }
-h1 { font-size: 22px; margin-bottom: 4px; }
-h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
-.muted { color: #666; } .cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 16px 0; }
-.card { border: 1px solid #ddd; border-radius: 6px; padding: 8px 14px; min-width: 120px; }
-.card b { display: block; font-size: 20px; }
-table { border-collapse: collapse; margin: 8px 0; font-variant-numeric: tabular-nums; }
-th, td { border-bottom: 1px solid #eee; padding: 3px 10px; text-align: right; white-space: nowrap; }
-th { background: #f6f6f6; position: sticky; top: 0; } td:first-child, th:first-child { text-align: left; }
-td.text, th.text { text-align: left; } tr.flat td { background: #fff6e0; }
-.scroll { max-height: 640px; overflow: auto; border: 1px solid #eee; }
-code { background: #f3f3f3; padding: 0 4px; border-radius: 3px; }
+STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; margin: 0; }
+main { margin: 16px auto; max-width: 1340px; padding: 0 20px; }
+h1 { font-size: 22px; margin: 8px 0 4px; }
+h2 { font-size: 18px; margin-top: 30px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+h3 { font-size: 15px; margin: 18px 0 4px; }
+nav a { margin-right: 12px; }
+.muted { color: #666; } .note { color: #555; max-width: 980px; }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 14px 0; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: 6px 12px; min-width: 120px; max-width: 230px; }
+.card b { display: block; font-size: 20px; } .card span { font-size: 12px; }
+.charts { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
+.charts figure { margin: 0; } figcaption { font-weight: 600; margin-bottom: 4px; }
+svg.chart { max-width: 100%; height: auto; }
+.table { max-height: 620px; overflow-y: auto; border: 1px solid #eee; margin: 8px 0; width: fit-content; max-width: 100%; }
+.table.full { width: auto; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+.table.full table { width: 100%; }
+th, td { border-bottom: 1px solid #eee; padding: 3px 6px; text-align: right; vertical-align: top; }
+th { background: #f4f4f4; position: sticky; top: 0; }
+table.sortable th { cursor: pointer; } th[aria-sort=ascending]::after { content: " ▲"; }
+th[aria-sort=descending]::after { content: " ▼"; }
+td.text, th.text { text-align: left; } td.text { overflow-wrap: break-word; }
+td:not(.text) { white-space: nowrap; } td.name { min-width: 8em; }
+tr.flat td { background: #fff6e0; } tr.bad td { background: #fdecea; } tr.good td { background: #eaf6e8; }
+code { background: #f3f3f3; padding: 0 3px; border-radius: 3px; font-size: 12px; }
+.filters { display: flex; gap: 10px; align-items: center; margin: 8px 0; }
+.filters input { width: 340px; padding: 3px 6px; }
+small { color: #777; display: block; }
+.crossed td.bad { background: #fdecea; font-weight: 600; }
 """
 
-
-def _cell(value: Any, text: bool = False) -> str:
-    return f'<td class="text">{value}</td>' if text else f"<td>{value}</td>"
-
-
-def _table(
-    header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: Sequence[int] = (), classes: Sequence[str] = ()
-) -> str:
-    head = "".join(
-        f'<th class="text">{html.escape(h)}</th>' if i in text_columns else f"<th>{html.escape(h)}</th>"
-        for i, h in enumerate(header)
-    )
-    body = []
-    for index, row in enumerate(rows):
-        css = f' class="{classes[index]}"' if index < len(classes) and classes[index] else ""
-        body.append(f"<tr{css}>" + "".join(_cell(cell, i in text_columns) for i, cell in enumerate(row)) + "</tr>")
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
-
-
-def _trace_cell(rollout: dict[str, Any]) -> str:
-    trace_id = html.escape(rollout["trace_id"])
-    url = rollout.get("trace_url")
-    return (
-        f'<a href="{html.escape(url)}" target="_blank" rel="noopener"><code>{trace_id}</code></a>'
-        if url
-        else f"<code>{trace_id}</code>"
-    )
-
-
-def _card(label: str, value: Any, note: str = "") -> str:
-    return f"<div class='card'>{_e(label)}<b>{_e(value)}</b><span class='muted'>{_e(note)}</span></div>"
+SCRIPT = """
+function cellKey(row, index) {
+  const cell = row.cells[index];
+  const value = cell.dataset.v !== undefined ? cell.dataset.v : cell.textContent.trim();
+  if (value === '' || value === '-') return null;
+  const parsed = Number(value);
+  return Number.isFinite(parsed) ? parsed : value.toLowerCase();
+}
+function sortTable(table, index, header) {
+  const ascending = header.getAttribute('aria-sort') !== 'ascending';
+  for (const cell of header.parentNode.cells) cell.removeAttribute('aria-sort');
+  header.setAttribute('aria-sort', ascending ? 'ascending' : 'descending');
+  const body = table.tBodies[0];
+  const rows = [...body.rows];
+  rows.sort((a, b) => {
+    const x = cellKey(a, index), y = cellKey(b, index);
+    if (x === y) return 0;
+    if (x === null) return 1;
+    if (y === null) return -1;
+    if (typeof x !== typeof y) return (typeof x === 'number' ? -1 : 1);
+    return (x < y ? -1 : 1) * (ascending ? 1 : -1);
+  });
+  for (const row of rows) body.appendChild(row);
+}
+for (const table of document.querySelectorAll('table.sortable')) {
+  [...table.tHead.rows[0].cells].forEach((header, index) =>
+    header.addEventListener('click', () => sortTable(table, index, header)));
+}
+for (const box of document.querySelectorAll('.filters')) {
+  const table = document.getElementById(box.dataset.table);
+  const text = box.querySelector('input');
+  const verdict = box.querySelector('select');
+  const shown = box.querySelector('.shown');
+  const apply = () => {
+    const terms = text.value.toLowerCase().split(/\\s+/).filter(Boolean);
+    const wanted = verdict ? verdict.value : '';
+    let count = 0;
+    for (const row of table.tBodies[0].rows) {
+      const words = row.textContent.toLowerCase();
+      const ok = terms.every((term) => words.includes(term)) && (!wanted || row.dataset.verdict === wanted);
+      row.hidden = !ok;
+      count += ok;
+    }
+    shown.textContent = count + ' shown';
+  };
+  text.addEventListener('input', apply);
+  if (verdict) verdict.addEventListener('change', apply);
+  apply();
+}
+"""
 
 
 def _e(value: Any) -> str:
     return html.escape("-" if value is None else str(value))
 
 
-class _Pictures:
-    """plotly figures as HTML divs; the first one carries plotly.js, inline."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def div(self, figure: Any) -> str:
-        figure.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 50, "b": 50})
-        self.count += 1
-        return str(
-            figure.to_html(
-                full_html=False,
-                include_plotlyjs=self.count == 1,
-                config={"displaylogo": False, "responsive": True},
-                div_id=f"picture-{self.count}",
-            )
-        )
+def _name(value: Any) -> str:
+    """A name (task id, agent) that may wrap after its separators, never inside a word."""
+    text = _e(value)
+    for separator in ("/", "_", "."):
+        text = text.replace(separator, separator + "<wbr>")
+    return text
 
 
-def reward_picture(tasks: Sequence[dict[str, Any]]) -> Any | None:
-    import plotly.graph_objects as go
-
-    drawn = [task for task in tasks if task["rewarded"]][:PICTURE_TASKS]
-    if not drawn:
-        return None
-    values = sorted({float(value) for task in drawn for value in task["reward_values"]})
-    labels = [task["task"] for task in drawn]
-    title = "Reward per task" + (f" (the first {PICTURE_TASKS} tasks with rewards)" if len(drawn) == PICTURE_TASKS else "")
-    if len(values) <= DISCRETE_REWARDS:
-        from plotly.colors import sample_colorscale
-
-        low, high = values[0], values[-1]
-        colours = sample_colorscale("RdYlGn", [(value - low) / (high - low) if high > low else 1.0 for value in values])
-        figure = go.Figure()
-        for value, colour in zip(values, colours, strict=True):
-            key = repr(value)
-            shares = [task["reward_values"].get(key, 0) / task["rewarded"] for task in drawn]
-            counts = [task["reward_values"].get(key, 0) for task in drawn]
-            figure.add_trace(
-                go.Bar(
-                    name=f"reward {value:g}",
-                    x=labels,
-                    y=shares,
-                    customdata=counts,
-                    marker_color=colour,
-                    hovertemplate="%{x}: %{customdata} rollouts (%{y:.0%})<extra>reward " + f"{value:g}</extra>",
-                )
-            )
-        figure.update_layout(barmode="stack", title=title + ": share of rollouts at each reward", yaxis_tickformat=".0%")
-        return figure
-    figure = go.Figure()
-    for task in drawn:
-        reward_counts = {float(value): count for value, count in task["reward_values"].items()}
-        figure.add_trace(
-            go.Box(
-                name=task["task"],
-                q1=[_quantile(reward_counts, 0.25)],
-                median=[_quantile(reward_counts, 0.5)],
-                q3=[_quantile(reward_counts, 0.75)],
-                lowerfence=[task["min_reward"]],
-                upperfence=[task["max_reward"]],
-                mean=[task["mean_reward"]],
-                sd=[task["reward_std"] or 0.0],
-                showlegend=False,
-            )
-        )
-    figure.update_layout(title=title + ": quartiles, mean and spread (rewards rounded to 0.01)", yaxis_title="reward")
-    return figure
+def _td(value: Any, text: bool = False, sort: Any = None, title: str | None = None, css: str = "") -> str:
+    """A cell: ``value`` is already HTML; ``sort`` the value it sorts by when its text would not do."""
+    classes = " ".join(name for name in ("text" if text else "", css) if name)
+    attributes = f' class="{classes}"' if classes else ""
+    if sort is not None and str(sort) != str(value):  # a cell whose text sorts right needs no key
+        attributes += f' data-v="{html.escape(str(sort))}"'
+    if title:
+        attributes += f' title="{html.escape(title)}"'
+    return f"<td{attributes}>{value}</td>"
 
 
-def _quantile(counts: dict[float, int], q: float) -> float:
-    total = sum(counts.values())
-    rank, seen = max(1, round(q * total + 0.5)), 0
-    for value in sorted(counts):
-        seen += counts[value]
-        if seen >= rank:
-            return value
-    return max(counts)
-
-
-def duration_picture(time: dict[str, Any]) -> Any | None:
-    import plotly.graph_objects as go
-
-    bins = time["histogram"]
-    if not bins:
-        return None
-    # A step outline over the bins' edges: bars cannot take widths on a log axis.
-    edges_x, edges_y = [], []
-    for item in bins:
-        edges_x += [item["from_ms"], item["to_ms"]]
-        edges_y += [item["count"], item["count"]]
-    figure = go.Figure(
-        go.Scatter(
-            x=edges_x,
-            y=edges_y,
-            mode="lines",
-            line={"shape": "hv", "color": "#1f77b4"},
-            fill="tozeroy",
-            hovertemplate="%{x:.3g} ms: %{y} dispatches<extra></extra>",
-            showlegend=False,
-        )
+def _table(
+    header: Sequence[tuple[str, bool]],
+    rows: Sequence[str],
+    table_id: str = "",
+    sortable: bool = True,
+    css: str = "",
+    full: bool = False,
+) -> str:
+    """``header``: (name, is text); ``rows``: ``<tr>…</tr>`` strings."""
+    head = "".join(
+        f'<th class="text">{html.escape(name)}</th>' if text else f"<th>{html.escape(name)}</th>" for name, text in header
     )
-    marks = [
-        (name, time[key], dash)
-        for name, key, dash in (("p50", "p50_ms", "dot"), ("p95", "p95_ms", "dash"), ("max", "max_ms", "solid"))
+    classes = " ".join(name for name in ("sortable" if sortable else "", css) if name)
+    identity = f' id="{table_id}"' if table_id else ""
+    return (
+        f'<div class="table{" full" if full else ""}"><table{identity} class="{classes}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _trace(rollout: dict[str, Any]) -> str:
+    trace_id = str(rollout["trace_id"])
+    short = html.escape(trace_id[:12] + "…")
+    url = rollout.get("trace_url")
+    if url:
+        link = f'<a href="{html.escape(url)}" target="_blank" rel="noopener" title="{html.escape(trace_id)}">'
+        return f"{link}<code>{short}</code></a>"
+    return f'<code title="{html.escape(trace_id)}">{short}</code>'
+
+
+def _reward(value: Any) -> tuple[str, Any]:
+    """A reward cell's text and sort key: a number, masked, unscored, or none."""
+    if isinstance(value, (int, float)):
+        return f"{value:g}", value
+    if value is None:
+        return "-", ""
+    return html.escape(str(value)), ""
+
+
+def _card(label: str, value: Any, note: str = "", title: str = "") -> str:
+    tip = f' title="{html.escape(title)}"' if title else ""
+    return f"<div class='card'{tip}>{_e(label)}<b>{_e(value)}</b><span class='muted'>{_e(note)}</span></div>"
+
+
+def _figure(caption: str, svg: str) -> str:
+    return f"<figure><figcaption>{html.escape(caption)}</figcaption>{svg}</figure>" if svg else ""
+
+
+def reward_chart(figures: dict[str, Any]) -> str:
+    """Every rollout once: by reward value (or bins of it), then masked, unscored, not verified, failed."""
+    rewards = figures["rewards"]
+    success = figures["run"]["success_threshold"]
+    extra = [
+        Bar(name, rewards[key], colour, f"{rewards[key]} rollouts {name}")
+        for name, key, colour in (
+            ("masked", "masked", MASKED),
+            ("unscored", "unscored", UNSCORED),
+            ("no verify", "unverified", UNVERIFIED),
+            ("failed", "failed", FAILED),
+        )
+        if rewards[key]
     ]
-    for _, value, dash in marks:
-        if value:
-            figure.add_vline(x=value, line_dash=dash, line_color="#444")
-    numbers = ", ".join(f"{name} {milliseconds(value)}" for name, value, _ in marks if value)
-    figure.update_layout(
-        title=f"Dispatch durations ({numbers}; dotted p50, dashed p95, solid max)",
-        xaxis_type="log",
-        xaxis_title="ms (log scale)",
-        yaxis_title="dispatches",
-    )
-    return figure
-
-
-def verdict_picture(health: dict[str, Any]) -> Any | None:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    if not health["verdicts"]:
-        return None
-    checks = health["checks"][:20]
-    figure = make_subplots(
-        rows=1,
-        cols=2,
-        column_widths=[0.35, 0.65],
-        subplot_titles=("Verdicts", "Failed checks, by rollouts hit"),
-        horizontal_spacing=0.25,
-    )
-    names = list(health["verdicts"])
-    figure.add_trace(
-        go.Bar(
-            x=names,
-            y=[health["verdicts"][name] for name in names],
-            marker_color=[VERDICT_COLOURS.get(name, "#9467bd") for name in names],
-            hovertemplate="%{x}: %{y} rollouts<extra></extra>",
-            showlegend=False,
-        ),
-        row=1,
-        col=1,
-    )
-    if checks:
-        figure.add_trace(
-            go.Bar(
-                x=[item["rollouts"] for item in reversed(checks)],
-                y=[item["check"] for item in reversed(checks)],
-                orientation="h",
-                marker_color="#d62728",
-                hovertemplate="%{y}: %{x} rollouts<extra></extra>",
-                showlegend=False,
-            ),
-            row=1,
-            col=2,
+    if rewards["bins"]:
+        bins = [(item["from"], item["to"], item["count"]) for item in rewards["bins"]]
+        return histogram(bins, "reward", "rollouts", lambda value: f"{value:.2g}", extra)
+    values = [
+        Bar(
+            f"{float(value):g}",
+            count,
+            SUCCESS if float(value) >= success else BELOW,
+            f"reward {float(value):g}: {count} rollouts",
         )
-    figure.update_layout(height=max(320, 80 + 28 * len(checks)))
-    return figure
+        for value, count in rewards["values"].items()
+    ]
+    bars = [*values, *extra]
+    return horizontal_bars(bars, "rollouts", label_width=110) if bars else ""
+
+
+def task_chart(tasks: Sequence[dict[str, Any]], threshold: float) -> str:
+    rows = []
+    for task in tasks[:PICTURE_TASKS]:
+        successes, below = task["successes"], task["rewarded"] - task["successes"]
+        failed = sum(task["errors"].values())
+        rows.append(
+            (
+                task["task"],
+                [
+                    Segment(f"success (≥ {threshold:g})", successes, SUCCESS),
+                    Segment("below", below, BELOW),
+                    Segment("masked", task["masked"], MASKED),
+                    Segment("unscored", task["unscored"], UNSCORED),
+                    Segment("no verify", task["unverified"], UNVERIFIED),
+                    Segment("failed", failed, FAILED),
+                ],
+            )
+        )
+    return stacked_shares(rows)
+
+
+def duration_chart(time: dict[str, Any]) -> str:
+    linear = time.get("linear_histogram") or {"bins": [], "beyond": 0}
+    bins = [(item["from_ms"], item["to_ms"], item["count"]) for item in linear["bins"]]
+    if not bins:
+        return ""
+    scale = bins[-1][1]
+    extra = [Bar("longer", linear["beyond"], "#76b7b2", f"{linear['beyond']} dispatches longer")] if linear["beyond"] else []
+    unit = "s" if scale >= 2000 else "ms"
+    return histogram(bins, f"dispatch duration ({unit})", "dispatches", lambda ms: duration_label(ms, scale), extra)
+
+
+def checks_chart(health: dict[str, Any]) -> str:
+    checks = health["checks"][:20]
+    return horizontal_bars(
+        [Bar(item["check"], item["rollouts"], "#e15759") for item in checks], "rollouts hit (a rollout may fail several checks)"
+    )
+
+
+def verdict_chart(health: dict[str, Any]) -> str:
+    return horizontal_bars(
+        [Bar(name, count, VERDICT_COLOURS.get(name, "#b07aa1")) for name, count in health["verdicts"].items()],
+        "rollouts",
+        label_width=110,
+    )
+
+
+def _cards(figures: dict[str, Any]) -> str:
+    run, time = figures["run"], figures["time"]
+    pass_at = run["pass_at_k"]
+    one = pass_at.get("1")
+    largest = next(reversed(pass_at), None)
+    cards = [
+        _card("tasks", run["tasks"]),
+        _card("dispatches", run["dispatches"], f"{run['errors']} failed, {figures['retries']['retried_dispatches']} retries"),
+        _card("rewarded rollouts", run["rewarded"], f"{run['masked']} masked, {run['unscored']} unscored"),
+        _card(
+            "mean reward",
+            number(run["mean_reward"]),
+            f"over {run['rewarded']} rollouts; std {number(run['reward_std'])}",
+            "the mean of every numeric, unmasked reward: each rollout weighs the same",
+        ),
+        _card(
+            "success",
+            percent(run["success_rate"]),
+            f"of {run['rewarded']} rollouts with reward ≥ {run['success_threshold']:g}",
+        ),
+    ]
+    if one:
+        cards.append(
+            _card(
+                "pass@1",
+                number(one["value"]),
+                f"mean over {one['tasks']} tasks of their success rate",
+                "each task weighs the same, whatever its number of repeats",
+            )
+        )
+    if largest and largest != "1":
+        item = pass_at[largest]
+        cards.append(_card(f"pass@{largest}", number(item["value"]), f"over {item['tasks']} tasks with ≥ {largest} rewarded"))
+    health = figures["health"]
+    if health["spans"]:
+        cards.append(_card("unhealthy", health["unhealthy_total"], f"of {health['spans']} rollouts with a verdict"))
+        cards.append(
+            _card(
+                "rewarded but unhealthy", figures["reward_health"]["rewarded_unhealthy_total"], "successes the health pass flags"
+            )
+        )
+    cards.append(_card("all-equal groups", run["zero_variance_groups"], f"of {run['groups']} tasks with ≥ 2 rewards"))
+    cards.append(_card("dispatch p50 / p95", milliseconds(time["p50_ms"]), f"p95 {milliseconds(time['p95_ms'])}"))
+    return "<div class='cards'>" + "".join(cards) + "</div>"
+
+
+def _task_rows(tasks: Sequence[dict[str, Any]]) -> list[str]:
+    rows = []
+    for task in tasks[:TABLE_TASKS]:
+        pass_at = task["pass_at_k"]
+        largest = next(reversed(pass_at), None)
+        failed = sum(task["errors"].values())
+        errors = ", ".join(f"{name} {count}" for name, count in task["errors"].items())
+        example = task.get("example_trace_url")
+        raw = task["task_id"] if task["task_id"] and task["task_id"] != task["task"] else None
+        cells = [
+            _td(_name(task["task"]), text=True, title=raw, css="name"),
+            _td(_name(task["agent"]), text=True, css="name"),
+            _td(task["rollouts"]),
+            _td(failed or "", sort=failed, title=errors or None),
+            _td(task["rewarded"]),
+            _td(task["masked"] or "", sort=task["masked"]),
+            _td(task["unscored"] or "", sort=task["unscored"]),
+            _td(number(task["mean_reward"]), sort=task["mean_reward"] if task["mean_reward"] is not None else ""),
+            _td(number(task["reward_std"]), sort=task["reward_std"] if task["reward_std"] is not None else ""),
+            _td(percent(task["success_rate"]), sort=task["success_rate"] if task["success_rate"] is not None else ""),
+            _td(number(pass_at.get("1")), sort=pass_at.get("1", "")),
+            _td(
+                f"{number(pass_at[largest])} <span class='muted'>k={largest}</span>" if largest else "-",
+                sort=pass_at[largest] if largest else "",
+            ),
+            _td(f"all {task['min_reward']:g}" if task["zero_variance"] else ""),
+            _td(task["unhealthy"] or "", sort=task["unhealthy"]),
+            _td(
+                milliseconds(task["mean_duration_ms"]),
+                sort=task["mean_duration_ms"] if task["mean_duration_ms"] is not None else "",
+            ),
+            _td(
+                _trace({"trace_id": task["example_trace_id"], "trace_url": example}) if task["example_trace_id"] else "",
+                text=True,
+            ),
+        ]
+        css = ' class="flat"' if task["zero_variance"] else ""
+        rows.append(f"<tr{css}>{''.join(cells)}</tr>")
+    return rows
+
+
+TASK_HEADER = [
+    ("task", True),
+    ("agent", True),
+    ("rollouts", False),
+    ("failed", False),
+    ("rewarded", False),
+    ("masked", False),
+    ("unscored", False),
+    ("mean reward", False),
+    ("std", False),
+    ("success", False),
+    ("pass@1", False),
+    ("pass@n", False),
+    ("all equal", False),
+    ("unhealthy", False),
+    ("mean time", False),
+    ("trace", True),
+]
+
+
+def _rollout_rows(rollouts: Sequence[dict[str, Any]]) -> list[str]:
+    rows = []
+    for item in rollouts:
+        reward_text, reward_sort = _reward(item["reward"])
+        rollout_id = _e(item["rollout_id"])
+        if item.get("retry_of"):
+            rollout_id += f"<small>retry of {_e(item['retry_of'])}</small>"
+        if item.get("retried_by"):
+            rollout_id += f"<small>retried as {_e(item['retried_by'])}</small>"
+        if item["error_type"]:
+            verdict, verdict_key = f"failed: {_e(item['error_type'].rsplit('.', 1)[-1])}", "failed"
+        else:
+            verdict_key = item["verdict"] or "none"
+            verdict = _e(item["verdict"] or "-")
+        bad = item["verdict"] == "unhealthy" or item["error_type"]
+        cells = [
+            _td(_name(item["task"]), text=True, css="name"),
+            _td(_e(item["repeat"]), sort=item["repeat"] if item["repeat"] is not None else ""),
+            _td(rollout_id, text=True, sort=item["rollout_id"] or ""),
+            _td(_name(item["agent"]), text=True),
+            _td(reward_text, sort=reward_sort),
+            _td(verdict, text=True, title=item["error_type"]),
+            _td(_name(", ".join(item["checks"])) if item["checks"] else "", text=True),
+            _td(milliseconds(item["duration_ms"]), sort=item["duration_ms"] if item["duration_ms"] is not None else ""),
+            _td(_trace(item), text=True),
+        ]
+        css = ' class="bad"' if bad else ""
+        rows.append(f'<tr data-verdict="{html.escape(verdict_key)}"{css}>{"".join(cells)}</tr>')
+    return rows
+
+
+def _listed_rows(items: Sequence[dict[str, Any]]) -> list[str]:
+    """Rollouts of a list (unhealthy, rewarded but unhealthy): task, rollout id, reward, checks, trace."""
+    rows = []
+    for item in items:
+        reward_text, reward_sort = _reward(item.get("reward"))
+        cells = [
+            _td(_e(item["task"]), text=True),
+            _td(_e(item["rollout_id"]), text=True),
+            _td(reward_text, sort=reward_sort),
+            _td(_e(", ".join(item["checks"]) or "-"), text=True),
+            _td(_trace(item), text=True),
+        ]
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return rows
+
+
+LISTED_HEADER = [("task", True), ("rollout id", True), ("reward", False), ("failed checks", True), ("trace", True)]
+
+
+def _crossed(reward_health: dict[str, Any], verdicts: Sequence[str]) -> str:
+    counts = reward_health["counts"]
+    columns = ["healthy", "unhealthy", "unobserved", *verdicts, "other verdict", "no verdict"]
+    columns = [name for name in dict.fromkeys(columns) if any(row.get(name) for row in counts.values())]
+    rows = []
+    for name in reward_health["classes"]:
+        row = counts.get(name)
+        if not row:
+            continue
+        cells = [_td(_e(name), text=True)]
+        for column in columns:
+            value = row.get(column, 0)
+            css = "bad" if name == "success" and column == "unhealthy" and value else ""
+            cells.append(_td(value or "", sort=value, css=css))
+        cells.append(_td(sum(row.values())))
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    header = [("reward \\ verdict", True), *((column, False) for column in columns), ("rollouts", False)]
+    return _table(header, rows, table_id="reward-health", sortable=False, css="crossed")
+
+
+def _group_table(groups: Sequence[dict[str, Any]], name: str) -> str:
+    rows = []
+    for group in groups:
+        cells = [
+            _td(_e(group["name"]), text=True),
+            _td(group["tasks"]),
+            _td(group["dispatches"]),
+            _td(group["failed"] or ""),
+            _td(group["rewarded"]),
+            _td(number(group["mean_reward"])),
+            _td(percent(group["success_rate"])),
+            _td(number(group["pass_at_1"])),
+            _td(group["unhealthy"] or ""),
+            _td(percent(group["unhealthy_rate"])),
+        ]
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    header = [
+        (name, True),
+        ("tasks", False),
+        ("dispatches", False),
+        ("failed", False),
+        ("rewarded", False),
+        ("mean reward", False),
+        ("success", False),
+        ("pass@1", False),
+        ("unhealthy", False),
+        ("unhealthy rate", False),
+    ]
+    return _table(header, rows)
+
+
+def _retries(retries: dict[str, Any]) -> str:
+    if not retries["chains"] and not retries["retried_dispatches"]:
+        return ""
+    parts = [
+        "<h2 id='retries'>Retries</h2>",
+        f"<p class='note'>Retries (attempt ≥ 1): {retries['retried_dispatches']}. A retry is chained to what"
+        " it retried by task index and repeat: <code>1-2</code> failed, <code>1-2-a1</code> is its next attempt."
+        f" Recovered: {retries['recovered']}; still failed after the last attempt: {retries['still_failed']}.</p>",
+    ]
+    rows = []
+    for chain in retries["chains"]:
+        steps = []
+        for attempt in chain["attempts"]:
+            if attempt["error_type"]:
+                outcome = f"failed ({_e(attempt['error_type'].rsplit('.', 1)[-1])})"
+            else:
+                reward_text, _ = _reward(attempt.get("reward"))
+                outcome = f"reward {reward_text}, {_e(attempt.get('verdict') or 'no verdict')}"
+            steps.append(f"{_trace(attempt)} <b>{_e(attempt['rollout_id'])}</b> {outcome}")
+        cells = [
+            _td(_e(chain["task"]), text=True),
+            _td(f"{chain['task_index']}-{chain['repeat']}", text=True),
+            _td(" → ".join(steps), text=True),
+            _td(_e(chain["outcome"]), text=True),
+        ]
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    parts.append(_table([("task", True), ("rollout", True), ("attempts, in order", True), ("outcome", True)], rows))
+    return "".join(parts)
 
 
 def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str:
     """The whole page."""
-    pictures = _Pictures()
     source, run, health, time, errors = figures["source"], figures["run"], figures["health"], figures["time"], figures["errors"]
     tasks = figures["tasks"]
+    threshold = run["success_threshold"]
     parts: list[str] = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body><main>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p class='muted'>{source['spans']} spans of the package from {len(source['files'])} file(s)"
         + (f", <b>{source['replayed_spans']} replayed</b> from a run's files" if source["replayed_spans"] else "")
         + (f"; services: {_e(', '.join(source['services']))}" if source["services"] else "")
         + "</p>",
+        "<nav><a href='#rewards'>Rewards</a><a href='#reward-health-section'>Reward × health</a><a href='#tasks'>Tasks</a>"
+        "<a href='#groups'>Agents</a><a href='#rollouts'>All rollouts</a><a href='#health'>Health</a>"
+        "<a href='#time'>Time</a></nav>",
+        _cards(figures),
+        "<p class='note'><b>Mean reward</b> and <b>success</b> are over rollouts: every numeric, unmasked reward counts"
+        f" once, so a task with more repeats weighs more. <b>pass@k</b> is over tasks: per task, the unbiased chance that"
+        f" at least one of k of its rollouts succeeds (reward ≥ {threshold:g}), then the mean over tasks with at least k"
+        " rewarded rollouts, each task weighing the same. pass@1 is the mean of the tasks' success rates; it differs from"
+        " the success rate when tasks have different numbers of rewarded rollouts.</p>",
     ]
-    cards = [
-        _card("tasks", run["tasks"]),
-        _card("dispatches", run["dispatches"], f"{run['errors']} failed"),
-        _card("rewarded", run["rewarded"], f"{run['masked']} masked"),
-        _card("mean reward", number(run["mean_reward"]), f"std {number(run['reward_std'])}"),
-        _card("success", percent(run["success_rate"]), f"reward ≥ {run['success_threshold']:g}"),
-        *(_card(f"pass@{k}", number(item["value"]), f"{item['tasks']} tasks") for k, item in list(run["pass_at_k"].items())[:4]),
-        _card("all-equal groups", run["zero_variance_groups"], f"of {run['groups']}"),
-        _card("p50 / p95", milliseconds(time["p50_ms"]), milliseconds(time["p95_ms"])),
-    ]
-    parts.append("<div class='cards'>" + "".join(cards) + "</div>")
+
+    parts.append("<h2 id='rewards'>Rewards</h2><div class='charts'>")
+    parts.append(
+        _figure(
+            f"Reward of every rollout ({run['dispatches']} dispatches)"
+            + (": a histogram, rewards are not binary" if figures["rewards"]["bins"] else ""),
+            reward_chart(figures),
+        )
+    )
+    shown = min(len(tasks), PICTURE_TASKS)
+    parts.append(
+        _figure(
+            f"Reward per task: share of its rollouts at each outcome ({shown} of {len(tasks)} tasks)",
+            task_chart(tasks, threshold),
+        )
+    )
+    parts.append("</div>")
+
+    reward_health = figures["reward_health"]
+    parts.append("<h2 id='reward-health-section'>Reward × health</h2>")
+    if health["spans"]:
+        parts.append(
+            f"<p class='note'>Rollouts by reward (success: reward ≥ {threshold:g}) and health verdict. A success the health"
+            " pass calls unhealthy is a sign of reward hacking or of a broken judge: the reward was given to a rollout whose"
+            " model calls or turns went wrong.</p>"
+        )
+        parts.append(_crossed(reward_health, list(health["verdicts"])))
+        flagged = reward_health["rewarded_unhealthy"]
+        parts.append(
+            f"<h3 id='rewarded-unhealthy'>Rewarded but unhealthy: {reward_health['rewarded_unhealthy_total']} rollouts</h3>"
+        )
+        if flagged:
+            if len(flagged) < reward_health["rewarded_unhealthy_total"]:
+                parts.append(f"<p class='muted'>The first {len(flagged)} listed.</p>")
+            parts.append(_table(LISTED_HEADER, _listed_rows(flagged), table_id="rewarded-unhealthy-table"))
+        else:
+            parts.append("<p class='muted'>None: no successful rollout has an unhealthy verdict.</p>")
+    else:
+        parts.append("<p class='muted'>No health spans: reward cannot be crossed with a verdict.</p>")
 
     parts.append("<h2 id='tasks'>Tasks</h2>")
     parts.append(
-        "<p class='muted'>Rollouts are dispatches that did not fail; success is a reward at or above the threshold;"
-        " pass@k is the unbiased estimate for the rewarded repeats a task has. A highlighted row is a group whose rewards"
-        " are all equal: its advantages are all zero, so it teaches a GRPO-style update nothing.</p>"
+        "<p class='note'>One row per task, over its rollouts (dispatches that did not fail). pass@n is pass@k at k = the"
+        " task's own number of rewarded rollouts. A highlighted row is a group whose rewards are all equal: its advantages"
+        " are all zero, so it teaches a GRPO-style update nothing. Click a column to sort.</p>"
     )
-    picture = reward_picture(tasks)
-    if picture is not None:
-        parts.append(pictures.div(picture))
-    rows, classes = [], []
-    for task in tasks[:TABLE_TASKS]:
-        pass_at = ", ".join(f"@{k} {number(v)}" for k, v in task["pass_at_k"].items()) or "-"
-        example = task.get("example_trace_url")
-        rows.append(
-            [
-                _e(task["task"]),
-                str(task["rollouts"]),
-                _e(", ".join(f"{name} {count}" for name, count in task["errors"].items()) or ""),
-                str(task["rewarded"]),
-                str(task["masked"] or ""),
-                number(task["mean_reward"]),
-                number(task["reward_std"]),
-                f"{number(task['min_reward'])} – {number(task['max_reward'])}" if task["rewarded"] else "-",
-                percent(task["success_rate"]),
-                pass_at,
-                f"all {task['min_reward']:g}" if task["zero_variance"] else "",
-                str(task["unhealthy"] or ""),
-                milliseconds(task["mean_duration_ms"]),
-                f'<a href="{html.escape(example)}" target="_blank" rel="noopener">first trace</a>' if example else "",
-            ]
+    parts.append(_table(TASK_HEADER, _task_rows(tasks), table_id="tasks-table", full=True))
+    if len(tasks) > TABLE_TASKS:
+        parts.append(f"<p class='muted'>{len(tasks) - TABLE_TASKS} more tasks in <code>--format json</code>.</p>")
+
+    groups = figures["groups"]
+    parts.append("<h2 id='groups'>Per agent</h2>")
+    parts.append(
+        "<p class='note'>The tasks' figures summed per <code>nemo.gym.agent.name</code> (a task run by several agents is"
+        " under “(several)”): rollouts, rewards and verdicts over each agent's rollouts; pass@1 over its tasks.</p>"
+    )
+    parts.append(_group_table(groups["agent"], "agent"))
+    if groups["taskset"]:
+        parts.append("<h3>Per taskset</h3>")
+        parts.append(_group_table(groups["taskset"], "taskset"))
+
+    rollouts = figures["rollouts"]
+    parts.append("<h2 id='rollouts'>All rollouts</h2>")
+    parts.append(
+        f"<p class='note'>Every dispatch, one row each ({rollouts['listed']} of {rollouts['total']}"
+        + (": the first ones read; the figures above count all of them" if rollouts["listed"] < rollouts["total"] else "")
+        + "). Click a column to sort; type to filter (every word must match)."
+        + (
+            ""
+            if figures.get("trace_url")
+            else " Trace ids link to a trace viewer with <code>--trace-url phoenix</code>"
+            " (or <code>mlflow</code>, or a URL template with <code>{trace_id}</code>)."
         )
-        classes.append("flat" if task["zero_variance"] else "")
+        + "</p>"
+    )
+    options = "".join(
+        f"<option value='{value}'>{label}</option>"
+        for value, label in (
+            ("", "any verdict"),
+            ("healthy", "healthy"),
+            ("unhealthy", "unhealthy"),
+            ("unobserved", "unobserved"),
+            ("none", "no verdict"),
+            ("failed", "failed dispatch"),
+        )
+    )
+    parts.append(
+        "<div class='filters' data-table='rollouts-table'><input type='search' id='rollouts-filter'"
+        " placeholder='filter: task, rollout id, agent, check…' aria-label='filter the rollouts'>"
+        f"<select id='rollouts-verdict' aria-label='verdict'>{options}</select><span class='shown muted'></span></div>"
+    )
     parts.append(
         _table(
             [
-                "task",
-                "rollouts",
-                "errors",
-                "rewarded",
-                "masked",
-                "mean",
-                "std",
-                "range",
-                "success",
-                "pass@k",
-                "all equal",
-                "unhealthy",
-                "mean time",
-                "",
+                ("task", True),
+                ("repeat", False),
+                ("rollout id", True),
+                ("agent", True),
+                ("reward", False),
+                ("verdict", True),
+                ("failed checks", True),
+                ("duration", False),
+                ("trace", True),
             ],
-            rows,
-            text_columns=(0, 2, 9, 13),
-            classes=classes,
+            _rollout_rows(rollouts["rows"]),
+            table_id="rollouts-table",
+            full=True,
         )
     )
-    if len(tasks) > TABLE_TASKS:
-        parts.append(f"<p class='muted'>{len(tasks) - TABLE_TASKS} more tasks in <code>--format json</code>.</p>")
+    parts.append(_retries(figures["retries"]))
+
     if errors["by_type"]:
         parts.append("<h2 id='errors'>Failed dispatches</h2>")
         parts.append(
-            _table(["error.type", "dispatches"], [[_e(name), str(count)] for name, count in errors["by_type"].items()], (0,))
-        )
-        parts.append(
             _table(
-                ["task", "rollout id", "error.type", "trace"],
-                [
-                    [_e(item["task"]), _e(item["rollout_id"]), _e(item["error_type"]), _trace_cell(item)]
-                    for item in errors["rollouts"]
-                ],
-                (0, 1, 2, 3),
+                [("error.type", True), ("dispatches", False)],
+                [f"<tr>{_td(_e(name), text=True)}{_td(count)}</tr>" for name, count in errors["by_type"].items()],
             )
         )
 
     parts.append("<h2 id='health'>Health</h2>")
     if health["spans"]:
-        picture = verdict_picture(health)
-        if picture is not None:
-            parts.append(pictures.div(picture))
-        parts.append(
-            _table(
-                ["check", "rollouts"],
-                [[_e(item["check"]), str(item["rollouts"])] for item in health["checks"]],
-                (0,),
-            )
-        )
+        parts.append("<div class='charts'>")
+        parts.append(_figure(f"Verdicts ({health['spans']} rollouts)", verdict_chart(health)))
+        parts.append(_figure("Failed checks, by rollouts hit", checks_chart(health)))
+        parts.append("</div>")
         if health["unhealthy"]:
             listed = len(health["unhealthy"])
             parts.append(
-                f"<p>Unhealthy rollouts: {health['unhealthy_total']}"
+                f"<h3>Unhealthy rollouts: {health['unhealthy_total']}"
                 + (f" (the first {listed} listed)" if listed < health["unhealthy_total"] else "")
-                + "</p>"
+                + "</h3>"
             )
-            parts.append(
-                _table(
-                    ["task", "rollout id", "failed checks", "trace"],
-                    [
-                        [_e(item["task"]), _e(item["rollout_id"]), _e(", ".join(item["checks"]) or "-"), _trace_cell(item)]
-                        for item in health["unhealthy"]
-                    ],
-                    (0, 1, 2, 3),
-                )
-            )
+            parts.append(_table(LISTED_HEADER, _listed_rows(health["unhealthy"]), table_id="unhealthy-table"))
     else:
         parts.append("<p class='muted'>No health spans: the run had no health pass, or it was not traced.</p>")
 
@@ -374,23 +663,123 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
         )
         + "</p>"
     )
-    picture = duration_picture(time)
-    if picture is not None:
-        parts.append(pictures.div(picture))
+    parts.append("<div class='charts'>" + _figure("Dispatch durations (dispatches per bin)", duration_chart(time)) + "</div>")
     if time["slowest"]:
-        parts.append("<p>Slowest rollouts:</p>")
+        parts.append("<h3>Slowest rollouts</h3>")
         parts.append(
             _table(
-                ["task", "rollout id", "duration", "trace"],
+                [("task", True), ("rollout id", True), ("duration", False), ("trace", True)],
                 [
-                    [_e(item["task"]), _e(item["rollout_id"]), milliseconds(item["duration_ms"]), _trace_cell(item)]
+                    f"<tr>{_td(_e(item['task']), text=True)}{_td(_e(item['rollout_id']), text=True)}"
+                    f"{_td(milliseconds(item['duration_ms']), sort=item['duration_ms'])}{_td(_trace(item), text=True)}</tr>"
                     for item in time["slowest"]
                 ],
-                (0, 1, 3),
             )
         )
     parts.append(
         "<h2 id='source'>Source</h2><ul>" + "".join(f"<li><code>{_e(path)}</code></li>" for path in source["files"]) + "</ul>"
     )
-    parts.append("</body></html>")
+    parts.append(f"<script>{SCRIPT}</script></main></body></html>")
+    return "\n".join(parts)
+
+
+def render_compare(comparison: dict[str, Any], title: str = "gym-instrument compare") -> str:
+    """The page of :func:`gym_instrument.tools.report.compare.compare`: overall, then every task, worse first."""
+    from gym_instrument.tools.report.compare import diff_text, overall_rows, value_text
+
+    a, b = comparison["a"], comparison["b"]
+    overall = comparison["overall"]
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body><main>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p><b>A</b>: <code>{_e(a['name'])}</code><br><b>B</b>: <code>{_e(b['name'])}</code></p>",
+    ]
+    changes = comparison["changes"]
+    parts.append(
+        "<div class='cards'>"
+        + _card("B against A", comparison["overall_change"], "worse = lower mean reward, then success, unhealthy, failed")
+        + _card("tasks worse", changes["worse"], f"of {comparison['tasks_compared']} in both runs")
+        + _card("tasks the same", changes["same"])
+        + _card("tasks better", changes["better"])
+        + _card("only in A / only in B", f"{len(comparison['only_in_a'])} / {len(comparison['only_in_b'])}", "tasks")
+        + "</div>"
+    )
+    rows = []
+    for label, key, kind in overall_rows(comparison):
+        if key not in overall:
+            continue
+        item = overall[key]
+        rows.append(
+            f"<tr>{_td(_e(label), text=True)}{_td(value_text(item['a'], kind))}{_td(value_text(item['b'], kind))}"
+            f"{_td(diff_text(item['diff'], kind))}</tr>"
+        )
+    parts.append("<h2 id='overall'>Overall</h2>")
+    parts.append(
+        "<p class='note'>Mean reward and success are over rollouts; pass@k over tasks (each task weighs the same);"
+        " the unhealthy share is over rollouts with a verdict, the failed share over dispatches.</p>"
+    )
+    parts.append(
+        _table([("", True), ("A", False), ("B", False), ("B − A", False)], rows, table_id="overall-table", sortable=False)
+    )
+    parts.append("<h2 id='tasks'>Tasks, worse first</h2>")
+    parts.append(
+        "<p class='note'>Tasks in both runs, matched by task id. A task is worse when its mean reward fell (when it did"
+        " not move: its success rate fell, else its unhealthy share or failed share rose). pass@k at the largest k both"
+        " runs have for the task. Click a column to sort.</p>"
+    )
+    rows = []
+    for task in comparison["tasks"]:
+        m = task["measures"]
+        k = m.get("pass_at_k")
+
+        def pair(name: str, kind: str, m: dict[str, Any] = m) -> str:
+            return f"{value_text(m[name]['a'], kind)} → {value_text(m[name]['b'], kind)}"
+
+        def diff(name: str, kind: str, m: dict[str, Any] = m) -> str:
+            value = m[name]["diff"]
+            return _td(diff_text(value, kind), sort=value if value is not None else "")
+
+        cells = [
+            _td(_e(task["task"]), text=True, css="name", title=task["task_id"]),
+            _td(_e(task["change"]), text=True),
+            _td(pair("mean_reward", "number")),
+            diff("mean_reward", "number"),
+            _td(pair("success_rate", "percent")),
+            diff("success_rate", "percent"),
+            _td(f"{number(k['a'])} → {number(k['b'])} <span class='muted'>k={k['k']}</span>" if k else "-"),
+            _td(diff_text(k["diff"], "number") if k else "-", sort=k["diff"] if k else ""),
+            _td(pair("unhealthy_rate", "percent")),
+            diff("unhealthy_rate", "percent"),
+            _td(pair("failed", "count")),
+            diff("failed", "count"),
+        ]
+        css = {"worse": ' class="bad"', "better": ' class="good"'}.get(task["change"], "")
+        rows.append(f'<tr data-change="{task["change"]}"{css}>{"".join(cells)}</tr>')
+    header = [
+        ("task", True),
+        ("change", True),
+        ("mean reward A → B", False),
+        ("Δ", False),
+        ("success A → B", False),
+        ("Δ", False),
+        ("pass@k A → B", False),
+        ("Δ", False),
+        ("unhealthy A → B", False),
+        ("Δ", False),
+        ("failed A → B", False),
+        ("Δ", False),
+    ]
+    parts.append(_table(header, rows, table_id="compare-tasks", full=True))
+    for side, key in (("A", "only_in_a"), ("B", "only_in_b")):
+        if comparison[key]:
+            shown = comparison[key][:200]
+            parts.append(
+                f"<h3>Tasks only in {side}: {len(comparison[key])}</h3><p>"
+                + ", ".join(_e(name) for name in shown)
+                + (" …" if len(comparison[key]) > len(shown) else "")
+                + "</p>"
+            )
+    parts.append(f"<script>{SCRIPT}</script></main></body></html>")
     return "\n".join(parts)

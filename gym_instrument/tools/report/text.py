@@ -22,6 +22,8 @@ def milliseconds(value: float | None) -> str:
         return "-"
     if value >= 10_000:
         return f"{value / 1000:.1f} s"
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
     return f"{value:.1f} ms" if value >= 1 else f"{value:.3f} ms"
 
 
@@ -97,6 +99,7 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
         f"reward: mean {number(run['mean_reward'])}, std {number(run['reward_std'])};"
         f" success (reward >= {run['success_threshold']:g}) {percent(run['success_rate'])};  {pass_text(run['pass_at_k'])}"
     )
+    out.append("  (mean reward and success are over rollouts; pass@k over tasks, each task weighing the same)")
     if run["groups"]:
         flat = ", ".join(f"{item['task']} (all {item['reward']:g})" for item in run["zero_variance_tasks"][:8])
         more = len(run["zero_variance_tasks"]) - 8
@@ -123,15 +126,58 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
             out.append("unhealthy rollouts:")
             out.append(
                 render_table(
-                    ["task", "rollout id", "checks", "trace"],
+                    ["task", "rollout id", "reward", "checks", "trace"],
                     [
-                        [item["task"] or "-", item["rollout_id"] or "-", ", ".join(item["checks"]) or "-", link(item)]
+                        [
+                            item["task"] or "-",
+                            item["rollout_id"] or "-",
+                            reward_text(item.get("reward")),
+                            ", ".join(item["checks"]) or "-",
+                            link(item),
+                        ]
                         for item in health["unhealthy"][:ROLLOUT_ROWS]
                     ],
                 )
             )
             if health["unhealthy_total"] > ROLLOUT_ROWS:
                 out.append(f"... {health['unhealthy_total'] - ROLLOUT_ROWS} more")
+    crossed = figures.get("reward_health")
+    if crossed and health["spans"]:
+        flagged = crossed["rewarded_unhealthy"]
+        out.append(
+            f"rewarded but unhealthy (a success the health pass flags: reward hacking or a broken judge?):"
+            f" {crossed['rewarded_unhealthy_total']}"
+            + (": " + ", ".join(f"{item['rollout_id']} ({item['task']})" for item in flagged[:ROLLOUT_ROWS]) if flagged else "")
+            + (" ..." if crossed["rewarded_unhealthy_total"] > ROLLOUT_ROWS else "")
+        )
+    retries = figures.get("retries")
+    if retries and (retries["retried_dispatches"] or retries["chains"]):
+        chains = [" -> ".join(str(step["rollout_id"]) for step in chain["attempts"]) for chain in retries["chains"][:5]]
+        out += [
+            "",
+            f"retries: {retries['retried_dispatches']} dispatches; {retries['recovered']} rollouts recovered,"
+            f" {retries['still_failed']} still failed" + (": " + ", ".join(chains) if chains else ""),
+        ]
+    agents = (figures.get("groups") or {}).get("agent") or []
+    if len(agents) > 1:
+        out += ["", "per agent:"]
+        out.append(
+            render_table(
+                ["agent", "tasks", "dispatches", "failed", "mean reward", "success", "unhealthy"],
+                [
+                    [
+                        group["name"],
+                        group["tasks"],
+                        group["dispatches"],
+                        group["failed"],
+                        number(group["mean_reward"]),
+                        percent(group["success_rate"]),
+                        percent(group["unhealthy_rate"]) if health["spans"] else "-",
+                    ]
+                    for group in agents[:8]
+                ],
+            )
+        )
     if time["measured"] or time["without_duration"]:
         out += [
             "",
@@ -153,6 +199,13 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
     if html_path:
         out += ["", f"report: {html_path}"]
     return "\n".join(out)
+
+
+def reward_text(value: Any) -> str:
+    """A rollout's reward: a number, ``masked``, ``unscored``, or ``-`` (no verify read)."""
+    if isinstance(value, (int, float)):
+        return f"{value:g}"
+    return "-" if value is None else str(value)
 
 
 def link(rollout: dict[str, Any]) -> str:

@@ -1,0 +1,241 @@
+"""``gym-instrument compare RUN_A RUN_B``: is run B better or worse than run A, overall and per task?
+
+Each run is read once by the report's own reader and figures (:func:`gym_instrument.tools.report.build_report`):
+OTLP/JSON span files or folders of them, a replayed run included (what ``gym-instrument replay
+RUN_DIR --output FILE`` wrote). Tasks are matched by ``nemo.gym.task.id`` (by ``#<task index>``
+when a run has no task ids). Per task and overall: mean reward, success rate, pass@1 and pass@k,
+unhealthy rate and failed dispatches, for A, for B, and B − A; the tasks whose reward fell come
+first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gym_instrument.tools.report.text import number, percent, render_table
+
+EPSILON = 1e-9
+# What "worse" means, in order: a lower mean reward, then a lower success rate, then more unhealthy, then more failed.
+ORDER = (("mean_reward", 1), ("success_rate", 1), ("unhealthy_rate", -1), ("failed_rate", -1))
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def _task_key(task: dict[str, Any]) -> str:
+    return str(task["task_id"]) if task.get("task_id") is not None else str(task["task"])
+
+
+def _largest_common_k(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    common = [k for k in a if k in b]
+    return max(common, key=int) if common else None
+
+
+def _pass_value(item: Any) -> float | None:
+    if item is None:
+        return None
+    return float(item["value"]) if isinstance(item, dict) else float(item)
+
+
+def task_measures(task: dict[str, Any], health_pass: bool = True) -> dict[str, Any]:
+    """One task's measures; without a health pass in its run, no unhealthy share (not 0 %)."""
+    failed = sum(task["errors"].values())
+    return {
+        "dispatches": task["dispatches"],
+        "rollouts": task["rollouts"],
+        "rewarded": task["rewarded"],
+        "mean_reward": task["mean_reward"],
+        "success_rate": task["success_rate"],
+        "pass_at_1": task["pass_at_k"].get("1"),
+        "unhealthy": task["unhealthy"],
+        "unhealthy_rate": task["unhealthy"] / task["rollouts"] if task["rollouts"] and health_pass else None,
+        "failed": failed,
+        "failed_rate": failed / task["dispatches"] if task["dispatches"] else None,
+    }
+
+
+def run_measures(figures: dict[str, Any]) -> dict[str, Any]:
+    run, health = figures["run"], figures["health"]
+    return {
+        "tasks": run["tasks"],
+        "dispatches": run["dispatches"],
+        "rollouts": run["rollouts"],
+        "rewarded": run["rewarded"],
+        "mean_reward": run["mean_reward"],
+        "success_rate": run["success_rate"],
+        "pass_at_1": _pass_value(run["pass_at_k"].get("1")),
+        "unhealthy": health["unhealthy_total"],
+        "unhealthy_rate": health["unhealthy_total"] / health["spans"] if health["spans"] else None,
+        "rewarded_unhealthy": figures["reward_health"]["rewarded_unhealthy_total"],
+        "failed": run["errors"],
+        "failed_rate": run["errors"] / run["dispatches"] if run["dispatches"] else None,
+    }
+
+
+def _side_by_side(a: dict[str, Any], b: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: {"a": a[name], "b": b[name], "diff": _diff(a[name], b[name])} for name in a if name in b}
+
+
+def _change(measures: dict[str, dict[str, Any]]) -> str:
+    """worse, better or same: the first of ``ORDER`` that moved decides."""
+    for name, sign in ORDER:
+        diff = measures.get(name, {}).get("diff")
+        if diff is not None and abs(diff) > EPSILON:
+            return "worse" if diff * sign < 0 else "better"
+    return "same"
+
+
+def _sort_key(task: dict[str, Any]) -> tuple[Any, ...]:
+    rank = {"worse": 0, "same": 1, "better": 2}[task["change"]]
+    diffs = []
+    for name, sign in ORDER:
+        diff = task["measures"].get(name, {}).get("diff")
+        diffs.append(0.0 if diff is None else diff * sign)
+    return (rank, *diffs, task["task"])
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str = "B") -> dict[str, Any]:
+    """The comparison of two runs' figures (both from :func:`~gym_instrument.tools.report.build_report`)."""
+    overall = _side_by_side(run_measures(a), run_measures(b))
+    k = _largest_common_k(a["run"]["pass_at_k"], b["run"]["pass_at_k"])
+    if k is not None and k != "1":
+        overall[f"pass_at_{k}"] = {
+            "a": _pass_value(a["run"]["pass_at_k"][k]),
+            "b": _pass_value(b["run"]["pass_at_k"][k]),
+            "diff": _diff(_pass_value(a["run"]["pass_at_k"][k]), _pass_value(b["run"]["pass_at_k"][k])),
+        }
+    tasks_a = {_task_key(task): task for task in a["tasks"]}
+    tasks_b = {_task_key(task): task for task in b["tasks"]}
+    tasks = []
+    for key, task_a in tasks_a.items():
+        task_b = tasks_b.get(key)
+        if task_b is None:
+            continue
+        measures = _side_by_side(
+            task_measures(task_a, bool(a["health"]["spans"])), task_measures(task_b, bool(b["health"]["spans"]))
+        )
+        task_k = _largest_common_k(task_a["pass_at_k"], task_b["pass_at_k"])
+        if task_k is not None:
+            pa, pb = task_a["pass_at_k"][task_k], task_b["pass_at_k"][task_k]
+            measures["pass_at_k"] = {"a": pa, "b": pb, "diff": pb - pa, "k": int(task_k)}
+        tasks.append({"task": task_a["task"], "task_id": task_a["task_id"], "measures": measures, "change": _change(measures)})
+    tasks.sort(key=_sort_key)
+    only_a = [task["task"] for key, task in tasks_a.items() if key not in tasks_b]
+    only_b = [task["task"] for key, task in tasks_b.items() if key not in tasks_a]
+    changes = {name: sum(task["change"] == name for task in tasks) for name in ("worse", "same", "better")}
+    return {
+        "a": {"name": a_name, "files": a["source"]["files"]},
+        "b": {"name": b_name, "files": b["source"]["files"]},
+        "success_threshold": a["run"]["success_threshold"],
+        "overall": overall,
+        "overall_change": _change(overall),
+        "tasks": tasks,
+        "tasks_compared": len(tasks),
+        "changes": changes,
+        "only_in_a": only_a,
+        "only_in_b": only_b,
+    }
+
+
+# -- the terminal -----------------------------------------------------------------------------------
+
+OVERALL_ROWS = [
+    ("tasks", "tasks", "count"),
+    ("dispatches", "dispatches", "count"),
+    ("failed dispatches", "failed", "count"),
+    ("failed share", "failed_rate", "percent"),
+    ("rewarded rollouts", "rewarded", "count"),
+    ("mean reward (over rollouts)", "mean_reward", "number"),
+    ("success (over rollouts)", "success_rate", "percent"),
+    ("pass@1 (over tasks)", "pass_at_1", "number"),
+    ("unhealthy rollouts", "unhealthy", "count"),
+    ("unhealthy share", "unhealthy_rate", "percent"),
+    ("rewarded but unhealthy", "rewarded_unhealthy", "count"),
+]
+
+
+def value_text(value: Any, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "percent":
+        return percent(value)
+    if kind == "number":
+        return number(value)
+    return str(value)
+
+
+def diff_text(value: Any, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "percent":
+        return f"{value * 100:+.0f} pts"
+    if kind == "number":
+        return f"{value:+.2f}"
+    return f"{value:+d}" if isinstance(value, int) else f"{value:+g}"
+
+
+def overall_rows(comparison: dict[str, Any]) -> list[tuple[str, str, str]]:
+    rows = list(OVERALL_ROWS)
+    for name in comparison["overall"]:
+        if name.startswith("pass_at_") and name != "pass_at_1":
+            rows.insert(8, (f"pass@{name.removeprefix('pass_at_')} (over tasks)", name, "number"))
+    return rows
+
+
+def summary(comparison: dict[str, Any], html_path: str | None = None, task_rows: int = 30) -> str:
+    a, b = comparison["a"]["name"], comparison["b"]["name"]
+    overall = comparison["overall"]
+    out = [f"A: {a}", f"B: {b}", ""]
+    out.append(
+        render_table(
+            ["overall", "A", "B", "B - A"],
+            [
+                [
+                    label,
+                    value_text(overall[key]["a"], kind),
+                    value_text(overall[key]["b"], kind),
+                    diff_text(overall[key]["diff"], kind),
+                ]
+                for label, key, kind in overall_rows(comparison)
+                if key in overall
+            ],
+        )
+    )
+    changes = comparison["changes"]
+    out += [
+        "",
+        f"B against A: {comparison['overall_change']} overall; per task: {changes['worse']} worse, {changes['same']} the same,"
+        f" {changes['better']} better (of {comparison['tasks_compared']} tasks in both; worse = lower mean reward, then lower"
+        " success, then more unhealthy, then more failed)",
+    ]
+    if comparison["only_in_a"] or comparison["only_in_b"]:
+        out.append(f"tasks only in A: {len(comparison['only_in_a'])}; only in B: {len(comparison['only_in_b'])}")
+    tasks = comparison["tasks"]
+    if tasks:
+        rows = []
+        for task in tasks[:task_rows]:
+            m = task["measures"]
+            k = m.get("pass_at_k", {})
+            rows.append(
+                [
+                    task["task"],
+                    task["change"],
+                    f"{number(m['mean_reward']['a'])} -> {number(m['mean_reward']['b'])}",
+                    diff_text(m["mean_reward"]["diff"], "number"),
+                    f"{percent(m['success_rate']['a'])} -> {percent(m['success_rate']['b'])}",
+                    f"{number(k.get('a'))} -> {number(k.get('b'))} (k={k['k']})" if k else "-",
+                    f"{percent(m['unhealthy_rate']['a'])} -> {percent(m['unhealthy_rate']['b'])}",
+                    f"{m['failed']['a']} -> {m['failed']['b']}",
+                ]
+            )
+        out += [
+            "",
+            "tasks, worse first:",
+            render_table(["task", "change", "mean reward", "diff", "success", "pass@k", "unhealthy", "failed"], rows),
+        ]
+        if len(tasks) > task_rows:
+            out.append(f"... and {len(tasks) - task_rows} more tasks (all of them in the HTML page and in --format json)")
+    if html_path:
+        out += ["", f"comparison: {html_path}"]
+    return "\n".join(out)
