@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo bench bench-e2e bench-e2e-smoke bench-e2e-profile fuzz e2e e2e-nemo-gym e2e-verifiers lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
+.PHONY: venv test demo demo-venv bench bench-e2e bench-e2e-smoke bench-e2e-profile fuzz e2e e2e-nemo-gym e2e-verifiers lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,23 @@ venv: $(STAMP)
 test: venv
 	$(BIN)/python -m pytest -q
 
-demo: venv
-	$(BIN)/python demo/run_demo.py
+# The demo in a venv of its own: the package with its report extra, the SDK's launcher and the
+# OTLP/HTTP exporter (demo/requirements.txt); none of the test toolchain .venv holds.
+DEMO_VENV := .venv-demo
+DEMO_BIN := $(DEMO_VENV)/bin
+DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml demo/requirements.txt | cksum | cut -d' ' -f1)
+
+$(DEMO_STAMP): pyproject.toml demo/requirements.txt
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(DEMO_BIN)/python -m pip install -q --disable-pip-version-check -e '.[report]' -r demo/requirements.txt
+	rm -f $(DEMO_VENV)/.installed-*
+	touch $(DEMO_STAMP)
+
+demo-venv: $(DEMO_STAMP)
+
+demo: demo-venv
+	$(DEMO_BIN)/python demo/run_demo.py
 
 lint: venv
 	$(BIN)/ruff check gym_instrument tests benchmarks demo
@@ -73,11 +88,11 @@ $(UI_STAMP): demo/requirements-ui.txt
 ui-venv: $(UI_STAMP)
 
 # The demo in Phoenix on 127.0.0.1:$(UI_PORT), kept running until Ctrl-C; DETACH=1 returns and leaves it running.
-demo-ui: venv ui-venv
-	$(BIN)/python demo/run_demo_ui.py --phoenix $(UI_VENV)/bin/phoenix --port $(UI_PORT) $(if $(DETACH),--detach)
+demo-ui: demo-venv ui-venv
+	$(DEMO_BIN)/python demo/run_demo_ui.py --phoenix $(UI_VENV)/bin/phoenix --port $(UI_PORT) $(if $(DETACH),--detach)
 
-demo-ui-stop: venv
-	$(BIN)/python demo/run_demo_ui.py --stop
+demo-ui-stop: demo-venv
+	$(DEMO_BIN)/python demo/run_demo_ui.py --stop
 
 # Debian's Chromium, for the browser test.
 chromium:
