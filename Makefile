@@ -98,8 +98,10 @@ demo-ui-stop: demo-venv
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-# make demo-ui against a real Phoenix: spans read back through its API, the trace page in headless Chromium.
-e2e-ui: venv ui-venv chromium
+# make demo-ui (in .venv-demo) against a real Phoenix: spans and the rollouts' verdict and reward
+# annotations read back through its API, the trace list and a trace in headless Chromium; the
+# screenshots stay in .e2e-work/screenshots/. The tests themselves run in .venv (pytest).
+e2e-ui: venv demo-venv ui-venv chromium
 	$(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_ui.py
 
 # README.md's shell blocks, as written, in a fresh venv on a copy of the checkout (skips say why).
