@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo bench bench-e2e bench-e2e-smoke bench-e2e-profile fuzz e2e e2e-nemo-gym e2e-verifiers lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
+.PHONY: venv test demo demo-venv bench bench-e2e bench-e2e-smoke bench-e2e-profile fuzz e2e e2e-nemo-gym e2e-verifiers lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,23 @@ venv: $(STAMP)
 test: venv
 	$(BIN)/python -m pytest -q tests harness_tests
 
-demo: venv
-	$(BIN)/python demo/run_demo.py
+# The demo in a venv of its own: the package with its report extra, the SDK's launcher and the
+# OTLP/HTTP exporter (demo/requirements.txt); none of the test toolchain .venv holds.
+DEMO_VENV := .venv-demo
+DEMO_BIN := $(DEMO_VENV)/bin
+DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml demo/requirements.txt | cksum | cut -d' ' -f1)
+
+$(DEMO_STAMP): pyproject.toml demo/requirements.txt
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(DEMO_BIN)/python -m pip install -q --disable-pip-version-check -e '.[report]' -r demo/requirements.txt
+	rm -f $(DEMO_VENV)/.installed-*
+	touch $(DEMO_STAMP)
+
+demo-venv: $(DEMO_STAMP)
+
+demo: demo-venv
+	$(DEMO_BIN)/python demo/run_demo.py
 
 lint: venv
 	$(BIN)/ruff check gym_instrument tests benchmarks demo gym_harness harness_tests
@@ -78,19 +93,20 @@ $(UI_STAMP): demo/requirements-ui.txt
 ui-venv: $(UI_STAMP)
 
 # The demo in Phoenix on 127.0.0.1:$(UI_PORT), kept running until Ctrl-C; DETACH=1 returns and leaves it running.
-demo-ui: venv ui-venv
-	$(BIN)/python demo/run_demo_ui.py --phoenix $(UI_VENV)/bin/phoenix --port $(UI_PORT) $(if $(DETACH),--detach)
+demo-ui: demo-venv ui-venv
+	$(DEMO_BIN)/python demo/run_demo_ui.py --phoenix $(UI_VENV)/bin/phoenix --port $(UI_PORT) $(if $(DETACH),--detach)
 
-demo-ui-stop: venv
-	$(BIN)/python demo/run_demo_ui.py --stop
+demo-ui-stop: demo-venv
+	$(DEMO_BIN)/python demo/run_demo_ui.py --stop
 
 # Debian's Chromium, for the browser test.
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-# make demo-ui against a real Phoenix: spans read back through its API, the trace page in headless Chromium;
-# then the report and compare pages in headless Chromium (screenshots in .e2e-work/report/screenshots/).
-e2e-ui: venv ui-venv chromium
+# make demo-ui (in .venv-demo) against a real Phoenix: spans and the rollouts' verdict and reward
+# annotations read back through its API, the trace list and a trace in headless Chromium; then the
+# report and compare pages in headless Chromium. Screenshots stay in .e2e-work/. Tests run in .venv (pytest).
+e2e-ui: venv demo-venv ui-venv chromium
 	$(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_ui.py e2e/test_report_page.py
 
 # README.md's shell blocks, as written, in a fresh venv on a copy of the checkout (skips say why).

@@ -5,6 +5,8 @@ already answering on the port), runs the demo pipeline traced as ``make demo`` d
 spans sent over OTLP/HTTP to Phoenix as well as to ``demo/output/spans.otlp.jsonl``, waits until
 Phoenix has stored them (read back through its REST API), and prints the URL of the run and of
 one rollout's trace. ``demo/output/report.html`` links every rollout to its trace in Phoenix.
+Each rollout's outcome is posted to Phoenix as annotations on its root (dispatch) span, ``health``
+(the verdict) and ``reward`` (see ``viewer.py``), so the trace list shows them and filters by them.
 
 By default Phoenix keeps running in the foreground until Ctrl-C. ``--detach`` (``make demo-ui
 DETACH=1``) leaves it running in the background and returns; ``--stop`` (``make demo-ui-stop``)
@@ -17,6 +19,7 @@ import argparse
 import shutil
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -108,9 +111,19 @@ def main(argv: list[str] | None = None) -> int:
             expected[span.name] = expected.get(span.name, 0) + 1
         trace_ids = {span.trace_id for span in spans}
         stored = [span for span in phoenix.wait_for_spans(expected, trace_ids=trace_ids) if span["trace_id"] in trace_ids]
-        rollout = pick_rollout(list(viewer.rollouts(stored)))
+        rollouts = list(viewer.rollouts(stored))
+        rollout = pick_rollout(rollouts)
     except (viewer.ViewerError, OSError) as error:
         print(f"the spans did not reach Phoenix: {error}")
+        if server is not None:
+            server.stop()
+        return 1
+    # The verdict comes after the dispatch span ended: it reaches the trace list as an annotation.
+    annotations = viewer.outcome_annotations(rollouts)
+    try:
+        phoenix.annotate(annotations)
+    except OSError as error:
+        print(f"Phoenix did not take the rollouts' verdict and reward annotations: {error}")
         if server is not None:
             server.stop()
         return 1
@@ -121,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  one rollout's trace ({describe(rollout)}):")
     print(f"    {phoenix.trace_url(rollout['dispatch']['trace_id'])}")
     print(f"  {_shown(args.output / run_demo.REPORT_FILE)} links every rollout to its trace there.")
+    verdicts = Counter(a["result"]["label"] for a in annotations if a["name"] == viewer.VERDICT)
+    print(
+        f"  in the trace list, each rollout's verdict (annotation {viewer.VERDICT!r}: {verdicts['healthy']} healthy,"
+        f" {verdicts['unhealthy']} unhealthy) and reward (annotation {viewer.REWARD!r});"
+    )
+    print(f"  its unhealthy rollouts only, typed into the filter box:  {viewer.UNHEALTHY_FILTER}")
     if server is None:
         print("That Phoenix was running before and keeps running (make demo-ui-stop stops one that make demo-ui DETACH=1 left).")
         return 0

@@ -7,6 +7,14 @@ protobuf at ``/v1/traces`` and files each span under the project its resource at
 (``GET /v1/projects/{project}/spans/otlpv1``), and its pages find a trace or a span by its
 OpenTelemetry id (``/redirects/traces/{trace_id}``, ``/redirects/spans/{span_id}``).
 
+A rollout's outcome is known only after its dispatch span ended (the health pass runs later), so
+it reaches the viewer as span annotations posted afterwards (``POST /v1/span_annotations``) on
+each rollout's root span: ``health`` (its verdict as the label, ``healthy`` or ``unhealthy``, the
+failed checks as the explanation) and ``reward`` (the reward as the score; the label ``masked`` or
+``none`` when the verify span has no reward). Phoenix's trace list shows a root span's annotations
+in name order, as many as its column fits (``health`` first: at the default width the second is
+behind a "+1"), and its span filter finds them: ``annotations['health'].label == 'unhealthy'``.
+
 Only the standard library is used here, so both the demo's venv and a test can drive it.
 """
 
@@ -21,12 +29,20 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 PROJECT = "gym-demo"
+# The outcome annotations on each rollout's dispatch span: their names (the verdict's sorts first,
+# so the trace list shows it when its column fits one only), who wrote them (re-posting replaces
+# them: Phoenix keys an annotation on its span, name and identifier), and the filter the trace
+# list takes to show the unhealthy rollouts only.
+VERDICT = "health"
+REWARD = "reward"
+ANNOTATION_IDENTIFIER = "gym-instrument-demo"
+UNHEALTHY_FILTER = f"annotations['{VERDICT}'].label == 'unhealthy'"
 DEFAULT_PORT = 6006  # Phoenix's own default, and the report's ``--trace-url phoenix`` preset
 START_TIMEOUT = 240.0  # seconds; a cold start runs the database migrations (about 10 s here, more on a busy machine)
 INGEST_TIMEOUT = 120.0
@@ -112,6 +128,16 @@ class Phoenix:
         with urllib.request.urlopen(url, timeout=30) as response:
             return json.loads(response.read())
 
+    def post(self, path: str, body: Any, **query: Any) -> Any:
+        url = self.base_url + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query, doseq=True)
+        request = urllib.request.Request(
+            url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
     def healthy(self) -> bool:
         """Whether Phoenix answers here (its health check and its project list)."""
         try:
@@ -162,6 +188,94 @@ class Phoenix:
             if time.monotonic() > deadline:
                 raise ViewerError(f"after {timeout:.0f} s Phoenix holds {counts} of {expected}")
             time.sleep(0.5)
+
+    def annotate(self, annotations: list[dict[str, Any]]) -> int:
+        """Post span annotations (``POST /v1/span_annotations``, stored before it answers); how many it stored."""
+        stored = 0
+        for start in range(0, len(annotations), 100):
+            batch = annotations[start : start + 100]
+            stored += len(self.post("/v1/span_annotations", {"data": batch}, sync="true")["data"])
+        return stored
+
+    def span_annotations(self, span_ids: list[str]) -> list[dict[str, Any]]:
+        """The annotations Phoenix holds on these spans (``GET /v1/projects/{project}/span_annotations``)."""
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(span_ids), 50):
+            cursor = None
+            while True:
+                query = {"span_ids": span_ids[start : start + 50], "limit": 1000, **({"cursor": cursor} if cursor else {})}
+                page = self.get(f"/v1/projects/{urllib.parse.quote(self.project)}/span_annotations", **query)
+                found.extend(page["data"])
+                cursor = page.get("next_cursor")
+                if not cursor:
+                    break
+        return found
+
+    def graphql(self, query: str, **variables: Any) -> dict[str, Any]:
+        """One query to the GraphQL API Phoenix's own pages use (``POST /graphql``); its ``data``."""
+        answer = self.post("/graphql", {"query": query, "variables": variables})
+        if answer.get("errors"):
+            raise ViewerError(f"Phoenix's GraphQL API answered: {answer['errors']}")
+        return answer["data"]  # type: ignore[no-any-return]
+
+    def filtered_spans(self, condition: str) -> list[dict[str, str]]:
+        """The spans the trace list's filter box shows for ``condition`` (a Phoenix span filter expression):
+        ``{"name", "span_id", "trace_id"}`` each, read through the same GraphQL field the page reads."""
+        query = """query ($id: ID!, $condition: String!, $after: String) {
+            node(id: $id) { ... on Project {
+                spans(first: 100, after: $after, filterCondition: $condition) {
+                    edges { node { name context { spanId traceId } } }
+                    pageInfo { hasNextPage endCursor }
+                } } } }"""
+        found: list[dict[str, str]] = []
+        after = None
+        while True:
+            spans = self.graphql(query, id=self.project_id(), condition=condition, after=after)["node"]["spans"]
+            for edge in spans["edges"]:
+                context = edge["node"]["context"]
+                found.append({"name": edge["node"]["name"], "span_id": context["spanId"], "trace_id": context["traceId"]})
+            if not spans["pageInfo"]["hasNextPage"]:
+                return found
+            after = spans["pageInfo"]["endCursor"]
+
+
+def outcome_annotations(rollouts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rollout (as :func:`rollouts` gives them), the annotations its dispatch span gets:
+    ``health`` (the verdict) from its health span and ``reward`` from its verify span, where it has them.
+
+    A dispatch that failed has neither: Phoenix shows its error status already.
+    """
+    annotations = []
+    for rollout in rollouts:
+        span_id = rollout["dispatch"]["span_id"]
+        common = {"span_id": span_id, "annotator_kind": "CODE", "identifier": ANNOTATION_IDENTIFIER}
+        if rollout["health"] is not None:
+            health = rollout["health"]["attributes"]
+            checks = health.get("nemo.gym.health.checks") or []
+            annotations.append(
+                {
+                    **common,
+                    "name": VERDICT,
+                    "result": {
+                        "label": health.get("nemo.gym.health.verdict"),
+                        "explanation": "failed checks: " + ", ".join(checks) if checks else None,
+                    },
+                    "metadata": {"health_span_id": rollout["health"]["span_id"]},
+                }
+            )
+        if rollout["verify"] is not None:
+            verify = rollout["verify"]["attributes"]
+            reward = verify.get("nemo.gym.rollout.reward")
+            if reward is not None:
+                result: dict[str, Any] = {"score": float(reward)}
+            elif verify.get("nemo.gym.verify.masked"):
+                result = {"label": "masked", "explanation": "the verifier masked this rollout out of the scores"}
+            else:
+                result = {"label": "none", "explanation": f"no numeric reward: {verify.get('nemo.gym.failure_kind', 'unknown')}"}
+            annotations.append(
+                {**common, "name": REWARD, "result": result, "metadata": {"verify_span_id": rollout["verify"]["span_id"]}}
+            )
+    return annotations
 
 
 def any_value(value: dict[str, Any] | None) -> Any:

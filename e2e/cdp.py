@@ -1,4 +1,4 @@
-"""Headless Chromium driven over the DevTools protocol: open a page, wait for text, read the DOM, screenshot.
+"""Headless Chromium driven over the DevTools protocol: open a page, wait for text, read the DOM, type, screenshot.
 
 A small client on purpose (aiohttp's WebSocket client, no browser download): Debian's ``chromium``
 is started with its own empty profile and ``--remote-debugging-port=0``; the port it picked is
@@ -187,6 +187,38 @@ class Browser:
             return true;
         }})()"""
         return bool(await self.evaluate(script))
+
+    async def click_selector(self, selector: str) -> bool:
+        """Click the first element matching ``selector`` (a button by its ``aria-label``, say); whether one was found."""
+        script = f"""(() => {{
+            const element = document.querySelector({json.dumps(selector)});
+            if (!element) return false;
+            element.scrollIntoView({{block: 'center'}});
+            element.click();
+            return true;
+        }})()"""
+        return bool(await self.evaluate(script))
+
+    async def focus(self, selector: str) -> bool:
+        """Focus the first element matching ``selector`` (an input, a code editor's content); whether one was found."""
+        script = f"""(() => {{
+            const element = document.querySelector({json.dumps(selector)});
+            if (!element) return false;
+            element.scrollIntoView({{block: 'center'}});
+            element.focus();
+            return document.activeElement === element || element.contains(document.activeElement);
+        }})()"""
+        return bool(await self.evaluate(script))
+
+    async def press(self, key: str, code: str, key_code: int, modifiers: int = 0) -> None:
+        """One key pressed and released on the focused element, as a person's keyboard sends it."""
+        event = {"key": key, "code": code, "windowsVirtualKeyCode": key_code, "modifiers": modifiers}
+        await self.send("Input.dispatchKeyEvent", {"type": "rawKeyDown", **event})
+        await self.send("Input.dispatchKeyEvent", {"type": "keyUp", **event})
+
+    async def type_text(self, text: str) -> None:
+        """Text typed into the focused element (as an input method commits it)."""
+        await self.send("Input.insertText", {"text": text})
 
     async def screenshot(self, path: Path) -> Path:
         data = await self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False})

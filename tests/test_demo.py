@@ -1,11 +1,14 @@
-"""``make demo`` shows, per rollout, what the exported spans say, keeps what it made, and prints how to redo it."""
+"""``make demo`` shows, per rollout, what the exported spans say, keeps what it made, and prints how to redo it;
+it runs in a venv of its own (``.venv-demo``) that holds none of the test toolchain."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,51 @@ def test_demo_prints_the_table_a_task_summary_and_a_command_that_reproduces_the_
     reported = subprocess.run(["/bin/sh", "-c", report_command], cwd=run_demo.REPO, check=True, capture_output=True, text=True)
     assert "run: 4 tasks, 13 dispatches (1 failed)" in reported.stdout
     assert (output / "report.html").is_file()
+
+
+def _distribution(requirement: str) -> str:
+    """A requirement's distribution name, normalised as pip lists it (``opentelemetry-sdk>=1.30`` -> ``opentelemetry-sdk``)."""
+    name = re.match(r"[A-Za-z0-9._-]+", requirement.strip())
+    assert name, requirement
+    return re.sub(r"[-_.]+", "-", name.group(0)).lower()
+
+
+def test_make_demo_runs_in_a_venv_without_the_test_toolchain(tmp_path: Path) -> None:
+    """``make demo`` builds .venv-demo (a no-op when it is up to date) and runs the demo with its python: the
+    venv holds the package, the SDK and the report page's libraries, none of what only the tests need."""
+    repo = run_demo.REPO
+    subprocess.run(["make", "-s", "--no-print-directory", "demo-venv"], cwd=repo, check=True, capture_output=True)
+    # The command the target runs, as make would run it (its venv is up to date now, so only that one).
+    (command,) = subprocess.run(
+        ["make", "-s", "-n", "--no-print-directory", "demo"], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    python = shlex.split(command)[0]
+    assert python == ".venv-demo/bin/python"
+    listed = subprocess.run(
+        [python, "-m", "pip", "list", "--format", "json"], cwd=repo, check=True, capture_output=True, text=True
+    )
+    installed = {_distribution(entry["name"]) for entry in json.loads(listed.stdout)}
+
+    # The package's extras as this (the test) venv installed them from pyproject.toml.
+    extras: dict[str, list[str]] = {"report": [], "test": []}
+    for requirement in metadata.requires("gym-instrument") or []:
+        extra = re.search(r"""extra\s*==\s*["'](\w+)["']""", requirement)
+        if extra and extra.group(1) in extras:
+            extras[extra.group(1)].append(requirement)
+    demo_requirements = [
+        line
+        for line in (repo / "demo" / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    needed = {_distribution(r) for r in [*extras["report"], *demo_requirements]}
+    only_for_tests = {_distribution(r) for r in extras["test"]} - needed - {"gym-instrument"}
+    assert {"pytest", "mypy", "ruff", "hypothesis", "fastapi"} <= only_for_tests
+    assert installed.isdisjoint(only_for_tests), sorted(installed & only_for_tests)
+    assert {"gym-instrument", "opentelemetry-sdk", "opentelemetry-distro", "plotly"} <= installed
+
+    # make demo, end to end, into a folder of its own rather than demo/output/.
+    output = tmp_path / "made"
+    process = subprocess.run([*shlex.split(command), str(output)], cwd=repo, check=True, capture_output=True, text=True)
+    assert "spans exported: {'gym.rollout.dispatch': 13, 'gym.verify': 12, 'gym.rollout.health': 12}" in process.stdout
+    assert " .venv-demo/bin/opentelemetry-instrument .venv-demo/bin/python demo/run_pipeline.py " in process.stdout
+    assert sorted(path.name for path in output.iterdir()) == ["report.html", "rollouts.jsonl", "spans.otlp.jsonl"]
