@@ -39,7 +39,8 @@ sys.path.insert(0, str(REPO))
 from gym_instrument.tools.report.otlp import ReadStats, read_spans  # noqa: E402
 from tests.otlp_receiver import OtlpReceiver  # noqa: E402
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 WORK = Path(os.environ.get("GYM_README_WORK", REPO / ".e2e-work" / "readme"))
 PYTHON = os.environ.get("README_PYTHON", "python3")  # what makes the reader's venv
 SELECTED = [item for item in os.environ.get("README_TEST_BLOCKS", "").split(",") if item]
@@ -73,7 +74,7 @@ class Block:
         return f"{self.page}:{self.line}"
 
 
-def shell_blocks(text: str, page: str) -> list[Block]:
+def shell_blocks(text: str, page: str = "README.md") -> list[Block]:
     """A page's shell blocks, with the marker on the line before each (blank lines between allowed)."""
     lines = text.splitlines()
     blocks = []
