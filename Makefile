@@ -109,6 +109,6 @@ chromium:
 e2e-ui: venv demo-venv ui-venv chromium
 	$(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_ui.py e2e/test_report_page.py
 
-# README.md's shell blocks, as written, in a fresh venv on a copy of the checkout (skips say why).
+# The shell blocks of README.md and docs/*.md, as written, in a fresh venv on a copy of the checkout (skips say why).
 readme-test: venv
 	README_PYTHON=$(PYTHON) $(BIN)/python -m pytest -q -s -p no:cacheprovider e2e/test_readme.py

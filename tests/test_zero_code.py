@@ -215,7 +215,7 @@ def test_a_script_instrument_call_under_the_launcher_adds_its_targets_and_extrac
         assert span["attributes"][semconv.ROLLOUT_ID] == parent["attributes"][semconv.ROLLOUT_ID]
 
 
-# The framework of README.md's "Your own framework" section, with no telemetry code.
+# The framework of docs/your-own-framework.md's "The declarative form", with no telemetry code.
 MY_RL = """
 import asyncio
 from dataclasses import dataclass, field
@@ -271,15 +271,15 @@ MY_RL_MAIN = "import asyncio\n\nimport my_rl.episodes\n\nasyncio.run(my_rl.episo
 
 
 def readme_own_framework_toml() -> str:
-    """The TOML block of README.md's "Your own framework" section, as a reader would copy it."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("## Your own framework", 1)[1]
+    """The TOML block of docs/your-own-framework.md's "The declarative form", as a reader would copy it."""
+    page = (Path(__file__).parents[1] / "docs" / "your-own-framework.md").read_text()
+    section = page.split("## The declarative form", 1)[1]
     return section.split("```toml\n", 1)[1].split("```", 1)[0]
 
 
 @pytest.mark.parametrize("given_as", ["text", "file"])
 def test_your_own_framework_from_the_readme_by_environment_alone(tmp_path: Path, given_as: str) -> None:
-    """README's configuration, by environment variables only: no Python of the user's in the process."""
+    """The docs' configuration, by environment variables only: no Python of the user's in the process."""
     package = tmp_path / "my_rl"
     package.mkdir()
     (package / "__init__.py").write_text("")
