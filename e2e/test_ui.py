@@ -254,12 +254,12 @@ def test_the_rollouts_trace_page_shows_its_spans_task_reward_and_verdict(demo_ui
 
 
 def test_the_readmes_replay_into_phoenix_block_lands_in_its_own_project(demo_ui: DemoUi) -> None:
-    """README.md's block for sending a replay to Phoenix (skipped by make readme-test: it needs a Phoenix), run here."""
-    from test_readme import README, shell_blocks
+    """The docs' block for sending a replay to Phoenix (skipped by make readme-test: it needs a Phoenix), run here."""
+    from test_readme import all_blocks
 
-    (block,) = (block for block in shell_blocks(README.read_text()) if block.skip and "make e2e-ui runs this block" in block.skip)
+    (block,) = (block for block in all_blocks() if block.skip and "make e2e-ui runs this block" in block.skip)
     phoenix = demo_ui.phoenix
-    code = block.code.replace("127.0.0.1:6006", f"127.0.0.1:{phoenix.port}")  # the README's port is this Phoenix's
+    code = block.code.replace("127.0.0.1:6006", f"127.0.0.1:{phoenix.port}")  # the docs' port is this Phoenix's
     assert code != block.code
     environment = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
