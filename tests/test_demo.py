@@ -122,7 +122,7 @@ def test_make_demo_runs_in_a_venv_without_the_test_toolchain(tmp_path: Path) -> 
     only_for_tests = {_distribution(r) for r in extras["test"]} - needed - {"gym-instrument"}
     assert {"pytest", "mypy", "ruff", "hypothesis", "fastapi"} <= only_for_tests
     assert installed.isdisjoint(only_for_tests), sorted(installed & only_for_tests)
-    assert {"gym-instrument", "opentelemetry-sdk", "opentelemetry-distro", "plotly"} <= installed
+    assert {"gym-instrument", "opentelemetry-sdk", "opentelemetry-distro"} <= installed
 
     # make demo, end to end, into a folder of its own rather than demo/output/.
     output = tmp_path / "made"

@@ -92,7 +92,7 @@ for (const box of document.querySelectorAll('.filters')) {
     let count = 0;
     for (const row of table.tBodies[0].rows) {
       const words = row.textContent.toLowerCase();
-      const ok = terms.every((term) => words.includes(term)) && (!wanted || row.dataset.verdict === wanted);
+      const ok = terms.every((term) => words.includes(term)) && (!wanted || row.getAttribute("data-verdict") === wanted);
       row.hidden = !ok;
       count += ok;
     }
