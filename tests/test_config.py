@@ -166,3 +166,39 @@ def test_a_later_call_adds_targets_and_extractors_and_replaces_the_rest(caplog: 
     assert dict(later.extractors) == {"verify": (first, second)}
     assert (later.link_capacity, later.baggage) == (9, False)  # given: replaced; not given: as it runs
     assert len(caplog.records) == 1  # the bad variable was logged once, by the first call only
+
+
+PIPELINE = "class Collector:\n    def dispatch(self, row):\n        return row\n"
+
+
+@pytest.mark.parametrize(
+    ("typo", "nearest"),
+    [("Colector.dispatch", "'Collector'"), ("Collector.dispach", "'dispatch'")],
+)
+def test_a_typo_in_a_variable_names_the_variable_and_the_nearest_name(
+    make_module: Any, instrument: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, typo: str, nearest: str
+) -> None:
+    """The module is imported after instrument() (a post-import hook): the line names the variable and
+    the right name, and blames no circular import."""
+    name = make_module(PIPELINE)
+    monkeypatch.setenv("OTEL_PYTHON_GYM_TARGETS", f"{name}:{typo}=dispatch")
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        instrument(presets="none")
+        assert importlib.import_module(name).Collector().dispatch({"a": 1}) == {"a": 1}
+    (message,) = [record.getMessage() for record in caplog.records if "not instrumented" in record.getMessage()]
+    assert "OTEL_PYTHON_GYM_TARGETS" in message and f"did you mean {nearest}?" in message, message
+    assert "circular" not in message
+
+
+def test_a_typo_in_an_imported_module_or_package_names_the_nearest_name(
+    make_module: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = make_module(PIPELINE)
+    importlib.import_module(name)
+    environ = {"OTEL_PYTHON_GYM_TARGETS": f"{name}:Colector.dispatch=dispatch,{name[:-1]}:Collector.dispatch=dispatch"}
+    with caplog.at_level(logging.ERROR, logger="gym_instrument"):
+        assert GymConfig.resolve({}, environ=environ, check=True).targets == ()
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2 and all("OTEL_PYTHON_GYM_TARGETS" in message for message in messages)
+    assert "did you mean 'Collector'?" in messages[0]
+    assert f"did you mean {name!r}?" in messages[1], messages[1]

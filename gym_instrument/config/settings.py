@@ -11,6 +11,7 @@ and the good ones still apply.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -287,6 +288,8 @@ def _from_environment(setting: Setting, raw: str, check: bool) -> Any:
         for item in items:
             try:
                 entry = setting.entry(item)
+                if isinstance(entry, Target):  # its messages name the variable it came from
+                    entry = dataclasses.replace(entry, source=setting.env)
                 entries.append(setting.check(entry) if check and setting.check is not None else entry)
             except ValueError as error:
                 _LOG.error("gym_instrument: %s: skipped %s", setting.env, error)

@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+import difflib
+import pkgutil
 import sys
 from typing import Any
 
 from gym_instrument.target.target import Target
+
+
+def nearest(name: str, candidates: Any) -> str:
+    """``"; did you mean 'X'?"`` for the candidate closest to a misspelled ``name``, else ``""``."""
+    try:
+        found = difflib.get_close_matches(name, [c for c in candidates if isinstance(c, str) and not c.startswith("__")], 1, 0.7)
+    except Exception:
+        return ""
+    return f"; did you mean {found[0]!r}?" if found else ""
+
+
+def missing_attribute(owner: Any, name: str, where: str) -> str:
+    """Why ``name`` cannot be found on ``owner`` (a module or class), with the nearest right name."""
+    try:
+        names = list(vars(owner))
+    except TypeError:
+        names = []
+    return f"{where} has no attribute {name!r}{nearest(name, names)}"
+
+
+def _module_names(locations: list[str] | None) -> list[str]:
+    try:
+        return [module.name for module in pkgutil.iter_modules(locations)]
+    except Exception:
+        return []
 
 
 def check_importable(target: Target) -> str | None:
@@ -19,7 +46,7 @@ def check_importable(target: Target) -> str | None:
     except (ImportError, ValueError) as error:
         return f"target {target}: cannot import {top!r}: {error}"
     if spec is None and top not in sys.modules:
-        return f"target {target}: no module named {top!r}"
+        return f"target {target}: no module named {top!r}{nearest(top, [*sys.modules, *_module_names(None)])}"
     name = top
     for part in parts:
         parent, name = name, f"{name}.{part}"
@@ -32,7 +59,8 @@ def check_importable(target: Target) -> str | None:
             return None if spec is None else f"target {target}: no module named {name!r} ({parent!r} is not a package)"
         spec = _find_submodule(name, list(locations))
         if spec is None:
-            return f"target {target}: no module named {name!r}"
+            siblings = [f"{parent}.{sibling}" for sibling in _module_names(list(locations))]
+            return f"target {target}: no module named {name!r}{nearest(name, siblings)}"
     return None
 
 
@@ -64,10 +92,12 @@ def _missing_attribute(target: Target) -> str | None:
         return None  # found when its module is imported (post-import hook)
     owner: Any = module
     *owner_path, attribute = target.qualname.split(".")
-    for part in owner_path:
-        owner = getattr(owner, part, None)
-        if owner is None:
-            return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
+    where = f"module {target.module!r}"
+    for index, part in enumerate(owner_path):
+        inner = getattr(owner, part, None)
+        if inner is None:
+            return f"target {target}: {missing_attribute(owner, part, where)}"
+        owner, where = inner, repr(f"{target.module}:{'.'.join(owner_path[: index + 1])}")
     try:
         defined_here = attribute in vars(owner)
     except TypeError:
@@ -76,4 +106,4 @@ def _missing_attribute(target: Target) -> str | None:
         return None
     if getattr(owner, attribute, None) is not None:  # patching it would need the class that defines it
         return f"target {target}: {target.qualname!r} is inherited, not defined there; target the class that defines it"
-    return f"target {target}: module {target.module!r} has no attribute {target.qualname!r}"
+    return f"target {target}: {missing_attribute(owner, attribute, where)}"

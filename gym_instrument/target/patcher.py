@@ -27,6 +27,7 @@ from gym_instrument.plan.wrappers import WRAPPERS, function_kind
 from gym_instrument.role import ROLES
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.extractors import Extractor
+from gym_instrument.target.find import missing_attribute
 from gym_instrument.target.target import Target
 
 _LOG = logging.getLogger("gym_instrument")
@@ -158,15 +159,21 @@ class Patcher:
                 self._patch_target(module, target)
             except Exception as error:
                 level = logging.DEBUG if target.optional else logging.WARNING
-                _LOG.log(level, "gym_instrument: target %s not instrumented: %s", target, error)
+                _LOG.log(level, "gym_instrument: target %s not instrumented: %s", target.label, error)
 
     def _patch_target(self, module: ModuleType, target: Target) -> None:
         owner: Any = module
+        where = f"module {module.__name__!r}"
         *owner_path, attribute = target.qualname.split(".")
-        for part in owner_path:
-            owner = getattr(owner, part)
+        for index, part in enumerate(owner_path):
+            # Looked up in the namespace, not with getattr: a module's own message for a missing
+            # name while it is still being imported blames a circular import.
+            inner = vars(owner).get(part) if isinstance(owner, ModuleType) else getattr(owner, part, None)
+            if inner is None:
+                raise AttributeError(missing_attribute(owner, part, where))
+            owner, where = inner, repr(f"{module.__name__}:{'.'.join(owner_path[: index + 1])}")
         if attribute not in vars(owner):
-            raise AttributeError(f"{module.__name__}:{target.qualname} does not exist")
+            raise AttributeError(missing_attribute(owner, attribute, where))
         with self._lock:
             self._wrap(owner, attribute, target)
             if isinstance(owner, type):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gym_instrument.role import ROLES
@@ -43,6 +43,8 @@ class Target:
     optional: bool = False
     schema: RolloutSchema | None = None
     framework: str | None = None
+    # Where the target was configured (an environment variable's name), for the messages about it.
+    source: str | None = field(default=None, compare=False)
 
     def __hash__(self) -> int:
         # ``when`` is a dict: hashed by what names the target (equal targets share these).
@@ -80,3 +82,8 @@ class Target:
 
     def __str__(self) -> str:
         return f"{self.path}={self.role}"
+
+    @property
+    def label(self) -> str:
+        """The target as messages name it: with the setting it came from, when it came from one."""
+        return f"{self} (from {self.source})" if self.source else str(self)
