@@ -169,4 +169,4 @@ def _verdicts_can_come(targets: tuple[Target, ...]) -> bool:
     for a version of its framework without one (nemo-gym 0.4.0 has no ``rollout_health``) would
     otherwise fill the dispatch memory with entries no verdict reads. A ``@health`` function turns
     remembering on by itself (the engine does)."""
-    return any(ROLES[target.role].uses_links and target_problem(target) is None for target in targets)
+    return any(ROLES[target.role].uses_links and target_problem(target, suggest=False) is None for target in targets)

@@ -35,9 +35,10 @@ def _module_names(locations: list[str] | None) -> list[str]:
         return []
 
 
-def check_importable(target: Target) -> str | None:
+def check_importable(target: Target, suggest: bool = True) -> str | None:
     """Why a target's module cannot be found, or None. Nothing is imported to find out: a
-    package's modules are looked up on its path, the way the import system would."""
+    package's modules are looked up on its path, the way the import system would. ``suggest``: name
+    the nearest module when one is missing (it lists the path's modules: only for a message)."""
     import importlib.util
 
     top, *parts = target.module.split(".")
@@ -46,7 +47,7 @@ def check_importable(target: Target) -> str | None:
     except (ImportError, ValueError) as error:
         return f"target {target}: cannot import {top!r}: {error}"
     if spec is None and top not in sys.modules:
-        return f"target {target}: no module named {top!r}{nearest(top, [*sys.modules, *_module_names(None)])}"
+        return f"target {target}: no module named {top!r}{nearest(top, [*sys.modules, *_module_names(None)]) if suggest else ''}"
     name = top
     for part in parts:
         parent, name = name, f"{name}.{part}"
@@ -59,7 +60,7 @@ def check_importable(target: Target) -> str | None:
             return None if spec is None else f"target {target}: no module named {name!r} ({parent!r} is not a package)"
         spec = _find_submodule(name, list(locations))
         if spec is None:
-            siblings = [f"{parent}.{sibling}" for sibling in _module_names(list(locations))]
+            siblings = [f"{parent}.{sibling}" for sibling in _module_names(list(locations))] if suggest else []
             return f"target {target}: no module named {name!r}{nearest(name, siblings)}"
     return None
 
@@ -79,10 +80,10 @@ def _find_submodule(name: str, locations: list[str]) -> Any:
     return None
 
 
-def target_problem(target: Target) -> str | None:
+def target_problem(target: Target, suggest: bool = True) -> str | None:
     """Why a target cannot be instrumented here, or None. Nothing is imported to find out: its
     module must be findable, and when that module is already imported it must define the function."""
-    return check_importable(target) or _missing_attribute(target)
+    return check_importable(target, suggest) or _missing_attribute(target)
 
 
 def _missing_attribute(target: Target) -> str | None:
