@@ -373,6 +373,10 @@ class Active:
     def count(self, metric: str, attributes: dict[str, str] | None, amount: int) -> None:
         self.setup.recorder.count(metric, attributes, amount)
 
+    @property
+    def has_item_extractors(self) -> bool:
+        return self.call is not None and bool(self.plan.end_extractors)
+
     def each_item(self, item: Any, attributes: dict[str, Any]) -> None:
         call = self.call
         if call is not None and self.plan.end_extractors:

@@ -69,6 +69,10 @@ class Emission(Protocol):
     def count(self, metric: str, attributes: dict[str, str] | None, amount: int) -> None:
         """Add to a bounded metric point."""
 
+    @property
+    def has_item_extractors(self) -> bool:
+        """Whether the user gave end extractors to run per item (else :meth:`each_item` is not called)."""
+
     def each_item(self, item: Any, attributes: dict[str, Any]) -> None:
         """Run the user's end extractors for one item of the result (a verdict) into ``attributes``."""
 

@@ -88,7 +88,7 @@ class HealthRole(Role):
                 [*call.schema.verdicts(result)],
                 spanned,
                 defaults=call.defaults,
-                each=emission.each_item,
+                each=emission.each_item if emission.has_item_extractors else None,
             )
         finally:
             for attributes, count in verdict_counts(spanned):
