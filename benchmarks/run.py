@@ -54,10 +54,12 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   module exists, or `@health`): the first rows instrument the dispatch alone, so nothing is
   remembered there; the *default configuration* rows repeat them with a health target armed as
   well, which is what a zero-code NeMo Gym user gets (the nemo_gym preset's
-  `rollout_health:run_health_checks`, present from NeMo Gym 0.5 on): every dispatch is remembered,
-  and the baselines remember nothing. Those rows also give the package an SDK meter provider, as
-  the launcher does (each dispatch is counted; the baselines count nothing). Both are judged
-  against the idiomatic twin.
+  `rollout_health:run_health_checks`, present from NeMo Gym 0.5 on): every dispatch is remembered.
+  Those rows add a third twin, the idiomatic one that also keeps each span context in a dict by
+  rollout id (fresh each round), as in-tree code must to parent its health spans, and are judged
+  against it; the idiomatic twin that keeps nothing is shown as a reference. They also give the
+  package an SDK meter provider, as the launcher does (each dispatch is counted; the baselines
+  count nothing).
 - **B.** The instrumented call minus the bare call (the original function object), per call:
   with no SDK at all (the API's proxy provider), and with the SDK on under
   `suppress_instrumentation`. The extra row is a call the target's condition excludes

@@ -230,6 +230,9 @@ class Hand:
 
     tracer: trace.Tracer = trace.NoOpTracer()
     rewarded = metrics.NoOpMeter("hand").create_counter(semconv.METRIC_REWARDED)
+    # Where the idiomatic dispatch keeps its span context for the health pass, by rollout id, as
+    # in-tree code that parents health spans must: None keeps nothing (the dispatch alone).
+    kept: dict[str, SpanContext] | None = None
 
     @classmethod
     def configure(cls, tracer_provider: trace.TracerProvider, meter_provider: metrics.MeterProvider | None = None) -> None:
@@ -323,10 +326,17 @@ def lean_send_row(row: dict[str, Any]) -> dict[str, Any]:
         span.end()
 
 
+def _keep(span: trace.Span, rollout_id: str | None) -> None:
+    kept = Hand.kept
+    if kept is not None and rollout_id is not None:
+        kept[rollout_id] = span.get_span_context()
+
+
 def idiomatic_send_row(row: dict[str, Any]) -> dict[str, Any]:
     attributes, rollout_id = rollout_attributes(row)
     with Hand.tracer.start_as_current_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes) as span:
         token = context.attach(baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id)) if rollout_id is not None else None
+        _keep(span, rollout_id)
         try:
             return {"_ng_task_index": row["_ng_task_index"], "_ng_rollout_index": row["_ng_rollout_index"], "reward": 1.0}
         except BaseException as exception:
@@ -368,6 +378,7 @@ class IdiomaticServerClient:
             token = (
                 context.attach(baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id)) if rollout_id is not None else None
             )
+            _keep(span, rollout_id)
             try:
                 return Response(200, await self.routes[url_path](kwargs.get("json")))
             except BaseException as exception:
