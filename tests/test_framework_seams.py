@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -171,7 +172,9 @@ def traced_verify_endpoint(handler: Callable[..., Any], static_attributes: dict[
 
 @pytest.fixture
 def verify_app(make_module: Any, instrument: Any, telemetry: Any) -> Callable[..., TestClient]:
-    def build(extractors: tuple[Any, ...], gym_telemetry: bool, outcome: str) -> TestClient:
+    def build(
+        extractors: tuple[Any, ...], gym_telemetry: bool, outcome: str, gym_attributes: dict[str, Any] | None = None
+    ) -> TestClient:
         name = make_module(SERVER_SOURCE)
         instrument(targets=[f"{name}:SimpleResourcesServer.verify=verify"], extractors={"verify": list(extractors)})
         module = importlib.import_module(name)
@@ -188,7 +191,9 @@ def verify_app(make_module: Any, instrument: Any, telemetry: Any) -> Callable[..
         endpoint = judge_failsafe(server.verify)
         if gym_telemetry:
             endpoint = traced_verify_endpoint(
-                endpoint, {"nemo.gym.server.name": "mcqa"}, telemetry.tracer_provider.get_tracer("nemo.lens")
+                endpoint,
+                {"nemo.gym.server.name": "mcqa", **(gym_attributes or {})},
+                telemetry.tracer_provider.get_tracer("nemo.lens"),
             )
         app = FastAPI()
         app.post("/verify")(endpoint)
@@ -248,3 +253,26 @@ def test_an_exception_through_gyms_span_is_recorded_once(verify_app: Any, teleme
     assert [event.name for event in span.events] == ["exception"]  # Gym's own, not a second one of ours
     assert span.attributes[semconv.ERROR_TYPE] == "RuntimeError"
     assert span.status.status_code is StatusCode.ERROR
+
+
+def test_an_attribute_gym_already_set_on_its_span_is_kept_and_the_difference_logged_once(
+    verify_app: Any, telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Newer Gym stamps nemo.gym.task.id with its task *index*; a user's extractor says the task id.
+    client = verify_app(
+        (lambda call: {semconv.TASK_ID: "mcqa-7"},),
+        gym_telemetry=True,
+        outcome="ok",
+        gym_attributes={semconv.TASK_ID: "7"},
+    )
+    with caplog.at_level(logging.INFO, logger="gym_instrument"):
+        for answer in ("B", "C"):
+            client.post("/verify", json={"answer": answer})
+    spans = telemetry.spans(semconv.SPAN_VERIFY)
+    assert [span.attributes[semconv.TASK_ID] for span in spans] == ["7", "7"]  # Gym's, not overwritten
+    assert [span.attributes[semconv.ROLLOUT_REWARD] for span in spans] == [1.0, 0.0]  # ours beside them
+    kept = [record for record in caplog.records if semconv.TASK_ID in record.getMessage()]
+    assert len(kept) == 1, [record.getMessage() for record in caplog.records]  # once, not per call
+    message = kept[0].getMessage()
+    assert "gym.verify" in message and "kept" in message
+    assert "mcqa-7" not in message  # values are row content: never logged

@@ -33,16 +33,22 @@ class FailureLog:
         self._seen: dict[tuple[str, str], None] = {}
         self._lock = threading.Lock()
 
-    def failed(self, what: str, where: str) -> None:
-        """Log the exception being handled as ``what`` failing at ``where``, once per (what, where)."""
+    def first(self, what: str, where: str) -> bool:
+        """Whether (what, where) is new: True once, then False until :meth:`forget`."""
         key = (what, where)
         with self._lock:
             if key in self._seen:
-                return
+                return False
             if len(self._seen) >= _SEEN_MAX:
                 for old in list(self._seen)[: _SEEN_MAX // 2]:
                     del self._seen[old]
             self._seen[key] = None
+        return True
+
+    def failed(self, what: str, where: str) -> None:
+        """Log the exception being handled as ``what`` failing at ``where``, once per (what, where)."""
+        if not self.first(what, where):
+            return
         error = sys.exc_info()[1]
         kind = utf8_safe(error_type(error)) if error is not None else "an exception"
         frames = traceback.format_list(traceback.extract_tb(error.__traceback__)) if error is not None else []

@@ -7,6 +7,7 @@ status ERROR with its type) live here once, for live spans and replayed ones ali
 
 from __future__ import annotations
 
+import logging
 import traceback
 from collections.abc import Mapping
 from typing import Any
@@ -18,7 +19,9 @@ from opentelemetry.trace import Span, Status, StatusCode
 from gym_instrument import semconv
 from gym_instrument.compat import span_of
 from gym_instrument.record.attributes import utf8_safe
-from gym_instrument.record.failures import error_type
+from gym_instrument.record.failures import FAILURES, error_type
+
+_LOG = logging.getLogger("gym_instrument")
 
 
 class FrameworkSpan(Span):
@@ -29,12 +32,17 @@ class FrameworkSpan(Span):
     attributes go on that span instead of a second one of the same name. The framework ends it;
     :meth:`Recorder.end_span` marks an exception on it (``error.type``, status ERROR) but records
     no exception event, which the framework's own span does when the exception reaches it.
+
+    An attribute the framework already set on its span is never overwritten (newer NeMo Gym
+    stamps ``nemo.gym.task.id`` with its task *index*): its value stays, and a different value of
+    ours is left out and logged once per span name and attribute, by name (values are row content).
     """
 
-    __slots__ = ("span",)
+    __slots__ = ("ours", "span")
 
     def __init__(self, span: Span) -> None:
         self.span = span
+        self.ours: set[str] = set()  # the attributes this package set here; it may set them again
 
     def end(self, end_time: int | None = None) -> None:
         pass  # the framework's to end
@@ -43,10 +51,31 @@ class FrameworkSpan(Span):
         return self.span.get_span_context()
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        theirs = getattr(self.span, "attributes", None)
+        if isinstance(theirs, Mapping) and theirs:
+            attributes = {key: value for key, value in attributes.items() if self._ours_to_set(key, value, theirs)}
+        self.ours.update(attributes)
         self.span.set_attributes(attributes)
 
     def set_attribute(self, key: str, value: Any) -> None:
-        self.span.set_attribute(key, value)
+        self.set_attributes({key: value})
+
+    def _ours_to_set(self, key: str, value: Any, theirs: Mapping[str, Any]) -> bool:
+        if key in self.ours or key not in theirs:
+            return True
+        name = getattr(self.span, "name", None)
+        if theirs[key] != (tuple(value) if isinstance(value, list) else value) and FAILURES.first(
+            "kept the framework's attribute", f"{name} {key}"
+        ):
+            scope = getattr(getattr(self.span, "instrumentation_scope", None), "name", None)
+            _LOG.warning(
+                "gym_instrument: the framework's own span %s (from %s) already has %s; kept its value and left out "
+                "this package's, which differs (logged once)",
+                utf8_safe(str(name)),
+                utf8_safe(str(scope)),
+                utf8_safe(key),
+            )
+        return False
 
     def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
         self.span.add_event(name, attributes, timestamp)

@@ -119,9 +119,10 @@ class Role:
         of the first two can apply: one call less on every call, the same span."""
         outer = framework_span(current, self.span_name) if call.adopts and current else None  # type: ignore[arg-type]
         if outer is not None:
+            adopted = FrameworkSpan(outer)
             if attributes:
-                outer.set_attributes(attributes)
-            return FrameworkSpan(outer)
+                adopted.set_attributes(attributes)
+            return adopted
         name: str = self.span_name  # type: ignore[assignment]  # (a role with a span has its name)
         if job is not None and self.ties_to_job and not has_parent(current):
             # A root span in a process started for a job (TRACEPARENT): linked to it, or its child.

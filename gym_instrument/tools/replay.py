@@ -305,15 +305,15 @@ class Replayer:
         attributes, identity = _DISPATCH.start_attributes(call, row, Context())
         if identity is None:
             return
-        if (identity.task_id is None and identity.task_index is not None) or (
-            identity.attempt is None and files.native_task_id in row
-        ):
-            if identity.task_id is None and identity.task_index is not None:
-                identity.task_id = task_ids.get(identity.task_index)
-            if identity.attempt is None and files.native_task_id in row:
-                # A native episode (0.7.0) is dispatched with episode_id.attempt, which live puts on the span;
-                # its output row keeps the task (_ng_task_id) but not the attempt: the first one is assumed.
-                identity.attempt = 0
+        adjusted = False
+        if identity.task_id is None and identity.task_index is not None:
+            # The task id from the materialized inputs, which keep what the output row may not.
+            identity.task_id, adjusted = task_ids.get(identity.task_index), True
+        if identity.attempt is None and files.native_task_id in row:
+            # A native episode (0.7.0) is dispatched with episode_id.attempt, which live puts on the span;
+            # its output row keeps the task (_ng_task_id) but not the attempt: the first one is assumed.
+            identity.attempt, adjusted = 0, True
+        if adjusted:
             attributes = identity_attributes(identity)
         latency = _number_at(row, files.latency_ms)
         latency_ns = int(latency * 1_000_000) if latency is not None and latency >= 0 else None
