@@ -100,6 +100,8 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
     variables = {name: setting.env for name, setting in settings.items()}
     assert variables == {
         "targets": "OTEL_PYTHON_GYM_TARGETS",
+        "link_dir": "OTEL_PYTHON_GYM_LINK_DIR",
+        "link_files": "OTEL_PYTHON_GYM_LINK_FILES",
         "presets": "OTEL_PYTHON_GYM_PRESETS",
         "link_capacity": "OTEL_PYTHON_GYM_LINK_CAPACITY",
         "baggage": "OTEL_PYTHON_GYM_BAGGAGE",

@@ -1,0 +1,399 @@
+"""Persisted links: ended dispatches' span contexts on disk, for a health pass in another process.
+
+A process that dispatches under tracing writes, for each ended dispatch, one line of ids: trace
+id, span id, trace flags, task index, rollout index, attempt and a custom rollout id (never row
+content). Lines go to a file of their own per process and run, under a hidden folder no rollout
+glob matches::
+
+    <run dir>/.gym-links/<output file name>.<host>-<pid>-<random>.links      (beside the output)
+    $OTEL_PYTHON_GYM_LINK_DIR/<output file name>.<host>-<pid>-<random>.links (a named folder)
+
+The first line is a JSON header naming the run's output file (its name and absolute path) and when
+the writer started; a merge record (``gym eval aggregate``) is a header alone naming the shards the
+output was merged from. A health pass over ``rollouts.jsonl`` reads only files whose header names
+that output (or a shard merged into it): a file of another run is never read, whatever its ids.
+
+Writing is off the dispatch's path: a dispatch appends two references to a list; a daemon thread
+writes whole lines in batches (and at exit, and before a health pass in the same process reads),
+each batch one ``write`` of complete lines, so a process killed mid-run leaves whole lines (a torn
+last line is skipped with a log line).
+
+Reading streams: files are read line by line, oldest writer first, into a :class:`DispatchLinks`
+of the configured capacity, so a later attempt replaces an earlier one and each dispatch is found
+at most once, exactly as in-process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import context
+from opentelemetry.trace import SpanContext
+
+from gym_instrument.compat import span_context, span_id_of, trace_flags_of, trace_id_of
+from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.link.memory import DispatchLink, DispatchLinks
+
+_LOG = logging.getLogger(__name__)
+
+FOLDER = ".gym-links"  # hidden: glob's * and ** never match it
+SUFFIX = ".links"  # not .jsonl: no rollout glob matches it either
+FORMAT = 1
+# The run a dispatch belongs to, while a run function (``run`` role) runs: its output file's path.
+RUN_OUTPUT_KEY = context.create_key("gym_instrument.run_output")
+
+_FLUSH_EVERY = 512  # pending dispatches that wake the writer
+_FLUSH_SECONDS = 1.0
+_PROGRESS_BYTES = 64 << 20  # reads longer than this report their progress
+
+
+def _absolute(path: str | os.PathLike[str]) -> str:
+    return os.path.abspath(os.fspath(path))
+
+
+def _line(context_: SpanContext, identity: RolloutIdentity) -> str:
+    def number(value: Any) -> str:
+        return str(value) if type(value) is int and value >= 0 else "-"
+
+    custom = identity.rollout_id if identity.custom_id and identity.rollout_id else "-"
+    if any(c.isspace() for c in custom):
+        custom = "-"
+    return (
+        f"{trace_id_of(context_):032x} {span_id_of(context_):016x} {trace_flags_of(context_):02x} "
+        f"{number(identity.task_index)} {number(identity.rollout_index)} {number(identity.attempt)} {custom}\n"
+    )
+
+
+class _Writer:
+    """One process's links file for one run output (or none), appended to in whole-line batches."""
+
+    def __init__(self, folder: Path, output: str | None) -> None:
+        name = Path(output).name if output else "run"
+        token = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.path = folder / f"{name}.{token}{SUFFIX}"
+        self.header: dict[str, Any] = {
+            "gym_links": FORMAT,
+            "output": Path(output).name if output else None,
+            "output_path": _absolute(output) if output else None,
+            "started_ns": time.time_ns(),
+        }
+        self.pending: list[Any] = []  # span context, identity, span context, identity, ...
+        self.fd: int | None = None
+
+    def flush(self) -> None:
+        pending = self.pending
+        count = len(pending) & ~1
+        if not count:
+            return
+        entries = pending[:count]
+        del pending[:count]
+        data = "".join(map(_line, entries[0::2], entries[1::2])).encode("ascii", "replace")
+        if self.fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.write(self.fd, (json.dumps(self.header) + "\n").encode())
+        os.write(self.fd, data)  # whole lines, one write
+
+
+class LinkFiles:
+    """Where this process persists its dispatches' links and where a health pass reads them.
+
+    ``directory``: the folder a setting names (None: beside the run's output only). ``enabled``:
+    False persists nothing and reads nothing. ``capacity``: dispatches a read holds at once."""
+
+    def __init__(self, directory: str | None, enabled: bool = True, capacity: int = 1_000_000) -> None:
+        self.directory = Path(directory) if directory else None
+        self.enabled = enabled
+        self.capacity = capacity
+        self._writers: dict[str | None, _Writer] = {}
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # one flush at a time: the thread's, at exit, before a read
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._warned: set[str] = set()
+        _ALL.add(self)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def folder_for(self, output: str | None) -> Path | None:
+        """Where the links of a run writing ``output`` go (None: nowhere known)."""
+        if self.directory is not None:
+            return self.directory
+        if output:
+            return Path(_absolute(output)).parent / FOLDER
+        return None
+
+    def persist(self, span_context_: SpanContext, identity: RolloutIdentity, output: str | None) -> None:
+        """Queue an ended dispatch for its run's links file (an append; a thread writes)."""
+        if os.getpid() != self._pid:
+            self._after_fork()
+        writer = self._writers.get(output)
+        if writer is None:
+            folder = self.folder_for(output)
+            if folder is None:
+                return
+            with self._lock:
+                writer = self._writers.get(output)
+                if writer is None:
+                    writer = self._writers[output] = _Writer(folder, output)
+        pending = writer.pending
+        pending.extend((span_context_, identity))
+        if self._thread is None:
+            self._start()
+        elif len(pending) >= 2 * _FLUSH_EVERY:
+            self._wake.set()
+
+    def record_merge(self, output: str, sources: Sequence[str]) -> None:
+        """Note that ``output`` is merged from ``sources`` (shards): a later health pass over
+        ``output`` reads the shards' links. A header alone, sources relative to the output's folder."""
+        folder = self.folder_for(output)
+        if folder is None or not sources:
+            return
+        writer = _Writer(folder, output)
+        base = Path(_absolute(output)).parent
+        writer.header["merged"] = [os.path.relpath(_absolute(source), base) for source in sources]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(writer.path, "w", encoding="utf-8") as file:
+                file.write(json.dumps(writer.header) + "\n")
+        except OSError as error:
+            self._warn_once(f"write:{folder}", "gym_instrument: cannot write dispatch links in %s: %s", folder, error)
+
+    def flush(self) -> None:
+        """Write every queued line now (at exit, and before a health pass reads)."""
+        with self._lock:
+            writers = list(self._writers.values())
+        with self._flushing:
+            self._flush(writers)
+
+    def _flush(self, writers: list[_Writer]) -> None:
+        for writer in writers:
+            try:
+                writer.flush()
+            except OSError as error:
+                writer.pending.clear()
+                self._warn_once(
+                    f"write:{writer.path.parent}",
+                    "gym_instrument: cannot write dispatch links in %s (%s); health passes in other processes "
+                    "will not find these dispatches",
+                    writer.path.parent,
+                    error,
+                )
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            for writer in self._writers.values():
+                if writer.fd is not None:
+                    try:
+                        os.close(writer.fd)
+                    except OSError:
+                        pass
+                    writer.fd = None
+            self._writers.clear()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="gym-instrument-links", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(_FLUSH_SECONDS)
+            self._wake.clear()
+            self.flush()
+
+    def _after_fork(self) -> None:
+        # A forked child writes its own files (the parent's queued lines are the parent's to write).
+        with self._lock:
+            self._pid = os.getpid()
+            self._writers = {}
+            self._thread = None
+            self._wake = threading.Event()
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _LOG.warning(message, *args)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def lookup(
+        self, rollout_paths: Iterable[str], verdicts: Sequence[tuple[str | None, int | None, int | None]]
+    ) -> list[DispatchLink | None]:
+        """For each verdict name, the persisted dispatch of the run of ``rollout_paths`` it names
+        (None where none is): read streaming into a memory of ``capacity``, found at most once."""
+        if not self.enabled or not verdicts:
+            return [None] * len(verdicts)
+        self.flush()
+        files = self._files_of(rollout_paths)
+        if not files:
+            return [None] * len(verdicts)
+        memory = DispatchLinks(self.capacity)
+        total = sum(size for _, _, size in files)
+        progress = _Progress(total)
+        for path, _, _ in files:
+            memory_add = memory.remember
+            for span_context_, identity in self._entries(path, progress):
+                memory_add(span_context_, identity)
+        progress.done()
+        return memory.take_many(verdicts)
+
+    def _files_of(self, rollout_paths: Iterable[str]) -> list[tuple[Path, float, int]]:
+        """The links files of the runs that wrote ``rollout_paths`` (and of shards merged into them),
+        oldest writer first: (path, started, size)."""
+        wanted: set[str] = set()
+        queue = [_absolute(path) for path in rollout_paths]
+        found: dict[Path, tuple[float, int]] = {}
+        # This process's own dispatches were in its memory: a verdict that did not find one there
+        # (found already in this process, or never traced) must not find it again here.
+        with self._lock:
+            own = {str(writer.path) for writer in self._writers.values()}
+        while queue:
+            output = queue.pop()
+            if output in wanted:
+                continue
+            wanted.add(output)
+            output_path = Path(output)
+            for folder, by_name in ((output_path.parent / FOLDER, True), (self.directory, False)):
+                if folder is None:
+                    continue
+                for candidate in sorted(glob.glob(os.path.join(glob.escape(str(folder)), "*" + SUFFIX))):
+                    if candidate in own or Path(candidate) in found:
+                        continue
+                    header = self._header(Path(candidate))
+                    if header is None:
+                        continue
+                    # Beside the output, its name says it (the folder moves with the run: another machine,
+                    # another mount); in the named folder, its absolute path (or none: a run whose output
+                    # the framework's schema does not know, whose links only such a folder holds).
+                    if by_name:
+                        named = header.get("output") == output_path.name
+                    else:
+                        named = header.get("output_path") in (output, None)
+                    if not named:
+                        continue
+                    merged = header.get("merged")
+                    if isinstance(merged, list):
+                        queue.extend(_absolute(output_path.parent / str(source)) for source in merged)
+                        continue
+                    started = header.get("started_ns")
+                    found[Path(candidate)] = (started if isinstance(started, int) else 0, os.path.getsize(candidate))
+        return sorted(
+            ((path, started, size) for path, (started, size) in found.items()), key=lambda item: (item[1], str(item[0]))
+        )
+
+    def _header(self, path: Path) -> dict[str, Any] | None:
+        try:
+            with open(path, "rb") as file:
+                first = file.readline(4096)
+        except OSError as error:
+            self._warn_once(f"read:{path}", "gym_instrument: cannot read dispatch links file %s: %s", path, error)
+            return None
+        if not first:
+            _LOG.info("gym_instrument: dispatch links file %s is empty; skipped", path)
+            return None
+        try:
+            header = json.loads(first)
+        except ValueError:
+            header = None
+        if not isinstance(header, dict) or header.get("gym_links") != FORMAT:
+            self._warn_once(f"foreign:{path}", "gym_instrument: %s is not a dispatch links file of this version; skipped", path)
+            return None
+        return header
+
+    def _entries(self, path: Path, progress: _Progress) -> Iterator[tuple[SpanContext, RolloutIdentity]]:
+        bad = 0
+        try:
+            with open(path, "rb") as file:
+                file.readline()
+                for line in file:
+                    progress.add(len(line))
+                    if not line.endswith(b"\n"):
+                        _LOG.warning("gym_instrument: dispatch links file %s ends in a torn line; it is skipped", path)
+                        break
+                    entry = _parse(line)
+                    if entry is None:
+                        bad += 1
+                        continue
+                    yield entry
+        except OSError as error:
+            self._warn_once(f"read:{path}", "gym_instrument: cannot read dispatch links file %s: %s", path, error)
+        if bad:
+            _LOG.warning("gym_instrument: %d unreadable lines in dispatch links file %s were skipped", bad, path)
+
+
+def _parse(line: bytes) -> tuple[SpanContext, RolloutIdentity] | None:
+    parts = line.split()
+    if len(parts) != 7:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[0], 16), int(parts[1], 16), int(parts[2], 16)
+        task_index, rollout_index, attempt = (None if part == b"-" else int(part) for part in parts[3:6])
+        custom = None if parts[6] == b"-" else parts[6].decode("ascii")
+    except ValueError:
+        return None
+    if not (0 < trace_id < 1 << 128 and 0 < span_id < 1 << 64):
+        return None
+    if custom is None and task_index is not None and rollout_index is not None:
+        rollout_id: str | None = None
+    else:
+        rollout_id = custom
+    identity = RolloutIdentity(None, task_index, rollout_index, attempt, rollout_id, custom is not None)
+    return span_context(trace_id, span_id, bool(flags & 1)), identity
+
+
+class _Progress:
+    """Progress of a long read: a bar on a terminal, else a log line every tenth."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.read = 0
+        self.shown = -1
+        self.active = total >= _PROGRESS_BYTES
+        self.tty = self.active and sys.stderr.isatty()
+
+    def add(self, count: int) -> None:
+        if not self.active:
+            return
+        self.read += count
+        tenth = self.read * 10 // self.total
+        if tenth != self.shown:
+            self.shown = tenth
+            if self.tty:
+                sys.stderr.write(f"\rgym_instrument: reading dispatch links [{'#' * tenth:<10}] {tenth * 10}%")
+                sys.stderr.flush()
+            else:
+                _LOG.info("gym_instrument: reading dispatch links: %d%% of %d MB", tenth * 10, self.total >> 20)
+
+    def done(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+_ALL: weakref.WeakSet[LinkFiles] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for files in list(_ALL):
+        try:
+            files.flush()
+        except Exception:
+            pass
