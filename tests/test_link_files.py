@@ -252,3 +252,36 @@ def test_in_the_dispatching_process_a_pass_reads_memory_and_a_second_adds_nothin
     health = telemetry.spans(semconv.SPAN_HEALTH)
     assert sorted(span.attributes[semconv.ROLLOUT_ID] for span in health) == sorted(d["rollout_id"] for d in verdicts["rollouts"])
     assert glob.glob(str(tmp_path / FOLDER / f"*{SUFFIX}"))  # persisted all the same, for other processes
+
+
+def test_a_duplicate_verdict_of_a_rollout_found_in_memory_does_not_find_an_older_process_s_dispatch(
+    tmp_path: Path, instrument: Any, telemetry: Any
+) -> None:
+    """A resumed run: an earlier process's links name the same rollouts; the health pass lists one twice."""
+    import asyncio
+
+    from gym_instrument import Target
+
+    output = tmp_path / "rollouts.jsonl"
+    earlier = LinkFiles(None)
+    for rollout in range(2):
+        earlier.persist(span_context(7, 7 + rollout, True), RolloutIdentity(None, 0, rollout, None, f"0-{rollout}"), str(output))
+    earlier.close(); print("EARLIER", list((tmp_path / ".gym-links").iterdir()))
+    pipeline = "tests.crossprocess.run_pipeline"
+    instrument(
+        targets=[
+            Target(f"{pipeline}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
+            f"{pipeline}:RolloutCollectionHelper.run_from_config=run",
+            f"{pipeline}:run_health_checks=health",
+        ]
+    )
+    asyncio.run(
+        run_pipeline.RolloutCollectionHelper().run_from_config({"output_jsonl_fpath": str(output), "rows": rows(range(1))})
+    )
+    with output.open("a") as rollouts:
+        rollouts.write(output.read_text().splitlines()[0] + "\n")  # rollout 0-0 listed twice
+    run_pipeline.run_health_checks(output)
+    dispatched = {span.context.span_id for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    health = telemetry.spans(semconv.SPAN_HEALTH)
+    assert sorted(span.attributes[semconv.ROLLOUT_ID] for span in health) == ["0-0", "0-1"]
+    assert all(span.parent.span_id in dispatched for span in health)
