@@ -266,7 +266,8 @@ def test_a_duplicate_verdict_of_a_rollout_found_in_memory_does_not_find_an_older
     earlier = LinkFiles(None)
     for rollout in range(2):
         earlier.persist(span_context(7, 7 + rollout, True), RolloutIdentity(None, 0, rollout, None, f"0-{rollout}"), str(output))
-    earlier.close(); print("EARLIER", list((tmp_path / ".gym-links").iterdir()))
+    earlier.close()
+    print("EARLIER", list((tmp_path / ".gym-links").iterdir()))
     pipeline = "tests.crossprocess.run_pipeline"
     instrument(
         targets=[
@@ -285,3 +286,33 @@ def test_a_duplicate_verdict_of_a_rollout_found_in_memory_does_not_find_an_older
     health = telemetry.spans(semconv.SPAN_HEALTH)
     assert sorted(span.attributes[semconv.ROLLOUT_ID] for span in health) == ["0-0", "0-1"]
     assert all(span.parent.span_id in dispatched for span in health)
+
+
+def test_nemo_gym_schema_reads_a_run_s_output_and_the_shards_an_aggregation_merges(tmp_path: Path) -> None:
+    from gym_instrument.frameworks.nemo_gym.schema import SCHEMA
+
+    for name in (
+        "rollouts-rs0-chunk0",
+        "rollouts-rs0-chunk0_failures",
+        "rollouts-rs0-chunk0_materialized_inputs",
+        "rollouts-rs1-chunk0",
+    ):
+        (tmp_path / f"{name}.jsonl").write_text("")
+    output = str(tmp_path / "rollouts.jsonl")
+    assert SCHEMA.run_files({"output_jsonl_fpath": output, "num_repeats": 2}) == (output, [])
+    glob_ = f"{tmp_path}/rollouts-rs*.jsonl, {tmp_path}/rollouts-rs0*.jsonl"
+    shards = [str(tmp_path / "rollouts-rs0-chunk0.jsonl"), str(tmp_path / "rollouts-rs1-chunk0.jsonl")]
+    assert SCHEMA.run_files({"output_jsonl_fpath": output, "input_glob": glob_}) == (output, shards)
+    assert SCHEMA.run_files({"output_jsonl_fpath": output, "input_glob": glob_, "merge_shards": False}) == (output, [])
+    assert SCHEMA.run_files({"input_glob": glob_}) == (None, [])
+    assert SCHEMA.run_files(None) == (None, [])
+
+
+def test_the_nemo_gym_preset_names_the_runs_of_collection_and_aggregation() -> None:
+    from gym_instrument.frameworks.nemo_gym.preset import PRESET
+
+    runs = {target["path"] for target in PRESET["targets"] if target["role"] == "run"}
+    assert runs == {
+        "nemo_gym.rollout_collection:RolloutCollectionHelper.run_from_config",
+        "nemo_gym.rollout_collection:RolloutAggregationHelper.run_from_config",
+    }
