@@ -357,10 +357,11 @@ class Active:
                     identity = self.identity
                     # identity None: the row could not be read, and nothing names the rollout.
                     if identity is not None:
+                        span_context = span.get_span_context()
                         if setup.remembers:
-                            setup.links.remember(span.get_span_context(), identity)
+                            setup.links.remember(span_context, identity)
                         if setup.link_files is not None:  # for a health pass in another process
-                            setup.link_files.persist(span.get_span_context(), identity, self.output)
+                            setup.link_files.persist(span_context, identity, self.output)
                 outcome = tallies.ok
             else:
                 cancelled = isinstance(exception, _CANCELLATION)
