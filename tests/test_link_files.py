@@ -316,3 +316,24 @@ def test_the_nemo_gym_preset_names_the_runs_of_collection_and_aggregation() -> N
         "nemo_gym.rollout_collection:RolloutCollectionHelper.run_from_config",
         "nemo_gym.rollout_collection:RolloutAggregationHelper.run_from_config",
     }
+
+
+def test_a_process_killed_mid_run_leaves_whole_lines_that_a_health_pass_reads(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    output = out / "rollouts.jsonl"
+    config = {"output_jsonl_fpath": str(output), "rows": rows(range(2000), repeats=2), "sleep": 1.5}
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_PYTHON_GYM_")}
+    environ["PYTHONPATH"] = str(REPO)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    argv = [sys.executable, "-m", "tests.crossprocess.links_main", "collect-then-killed", f"@{tmp_path / 'config.json'}"]
+    killed = subprocess.run(argv, cwd=REPO, env=environ, capture_output=True, text=True, check=False)
+    assert killed.returncode == -9
+    (written,) = (out / FOLDER).glob(f"*{SUFFIX}")
+    data = written.read_bytes()
+    assert data.endswith(b"\n") and all(len(line.split()) == 7 for line in data.splitlines()[1:])
+    persisted = len(data.splitlines()) - 1
+    assert persisted > 0  # the writer thread wrote while the run went on
+    verdicts, spans, _ = run("health", {"paths": str(output)})
+    assert len(verdicts["rollouts"]) == 4000 and len(healths(spans)) == persisted
+    assert all(span["parent"] is not None for span in healths(spans))

@@ -15,7 +15,8 @@ PIPELINE = "tests.crossprocess.run_pipeline"
 
 
 def main() -> None:
-    action, config = sys.argv[1], json.loads(sys.argv[2])
+    action, given = sys.argv[1], sys.argv[2]
+    config = json.loads(open(given[1:]).read() if given.startswith("@") else given)  # "@file": a config too long for argv
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -31,8 +32,15 @@ def main() -> None:
     )
     from tests.crossprocess import run_pipeline
 
-    if action == "collect":
+    if action in ("collect", "collect-then-killed"):
         asyncio.run(run_pipeline.RolloutCollectionHelper().run_from_config(config))
+        if action == "collect-then-killed":
+            import os
+            import signal
+            import time
+
+            time.sleep(config.get("sleep", 0))
+            os.kill(os.getpid(), signal.SIGKILL)  # no atexit, no flush: what the writer thread wrote stays
     elif action == "aggregate":
         result = asyncio.run(run_pipeline.RolloutAggregationHelper().run_from_config(config))
         print(json.dumps({"result": result}))
