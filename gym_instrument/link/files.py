@@ -348,20 +348,20 @@ def _parse(line: bytes) -> tuple[SpanContext, RolloutIdentity] | None:
     parts = line.split()
     if len(parts) != 7:
         return None
+    trace_hex, span_hex, flags_hex, task, rollout, attempt, custom = parts
     try:
-        trace_id, span_id, flags = int(parts[0], 16), int(parts[1], 16), int(parts[2], 16)
-        task_index, rollout_index, attempt = (None if part == b"-" else int(part) for part in parts[3:6])
-        custom = None if parts[6] == b"-" else parts[6].decode("ascii")
+        trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+        sampled = int(flags_hex, 16) & 1
+        task_index = None if task == b"-" else int(task)
+        rollout_index = None if rollout == b"-" else int(rollout)
+        attempt_index = None if attempt == b"-" else int(attempt)
+        custom_id = None if custom == b"-" else custom.decode("ascii")
     except ValueError:
         return None
-    if not (0 < trace_id < 1 << 128 and 0 < span_id < 1 << 64):
+    if not (0 < trace_id < 1 << 128 and 0 < span_id < 1 << 64) or (task_index or 0) < 0 or (rollout_index or 0) < 0:
         return None
-    if custom is None and task_index is not None and rollout_index is not None:
-        rollout_id: str | None = None
-    else:
-        rollout_id = custom
-    identity = RolloutIdentity(None, task_index, rollout_index, attempt, rollout_id, custom is not None)
-    return span_context(trace_id, span_id, bool(flags & 1)), identity
+    identity = RolloutIdentity(None, task_index, rollout_index, attempt_index, custom_id, custom_id is not None)
+    return span_context(trace_id, span_id, bool(sampled)), identity
 
 
 class _Progress:
