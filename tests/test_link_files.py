@@ -179,7 +179,7 @@ def test_bad_links_files_are_skipped_with_a_log_line(tmp_path: Path) -> None:
 
 def test_a_missing_folder_or_file_finds_nothing_and_raises_nothing(tmp_path: Path, caplog: Any) -> None:
     files = LinkFiles(str(tmp_path / "nowhere"))
-    assert files.lookup([str(tmp_path / "rollouts.jsonl")], [(None, 0, 0), ("0-1", 0, 1)]) == [None, None]
+    assert list(files.lookup([str(tmp_path / "rollouts.jsonl")], [(None, 0, 0), ("0-1", 0, 1)])) == [None, None]
 
 
 def test_two_processes_writing_into_one_folder_keep_their_lines_whole(tmp_path: Path) -> None:
@@ -196,7 +196,7 @@ def test_two_processes_writing_into_one_folder_keep_their_lines_whole(tmp_path: 
         lines = path.read_text().splitlines()
         assert len(lines) == 1 + 1200 and all(len(line.split()) == 7 for line in lines[1:])
     # The later writer's dispatches win, as a later attempt does in memory; each rollout once.
-    found = LinkFiles(None).lookup([str(out / "rollouts.jsonl")], [(None, t, r) for t in range(300) for r in range(4)])
+    found = list(LinkFiles(None).lookup([str(out / "rollouts.jsonl")], [(None, t, r) for t in range(300) for r in range(4)]))
     assert all(link is not None for link in found)
 
 
@@ -210,9 +210,9 @@ def test_the_latest_writer_wins_and_each_dispatch_is_found_once(tmp_path: Path) 
     later.persist(retry, RolloutIdentity(None, 0, 0, 1, "0-0-a1"), output)
     later.close()
     reader = LinkFiles(None)
-    (link,) = reader.lookup([output], [("0-0", 0, 0)])
+    (link,) = reader.lookup([output], [("0-0", 0, 0)])  # (a new pass: the files are read again)
     assert link is not None and link.span_context.trace_id == 2 and link.rollout_id == "0-0-a1"
-    assert reader.lookup([output], [("0-0", 0, 0), ("0-0", 0, 0)])[1] is None  # once per pass
+    assert list(reader.lookup([output], [("0-0", 0, 0), ("0-0", 0, 0)]))[1] is None  # once per pass
 
 
 def test_a_read_is_bounded_by_the_link_capacity(tmp_path: Path, caplog: Any) -> None:
@@ -222,7 +222,7 @@ def test_a_read_is_bounded_by_the_link_capacity(tmp_path: Path, caplog: Any) -> 
         writer.persist(span_context(task + 1, task + 1, True), RolloutIdentity(None, task, 0, None, f"{task}-0"), output)
     writer.close()
     with caplog.at_level(logging.WARNING):
-        found = LinkFiles(None, capacity=1000).lookup([output], [(None, task, 0) for task in range(2000)])
+        found = list(LinkFiles(None, capacity=1000).lookup([output], [(None, task, 0) for task in range(2000)]))
     assert sum(link is not None for link in found) == 1000 and found[-1] is not None
     assert "link capacity" in caplog.text
 

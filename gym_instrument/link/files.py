@@ -37,6 +37,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ RUN_OUTPUT_KEY = context.create_key("gym_instrument.run_output")
 
 _WAKE_AT = 2 * 512  # pending list items (two per dispatch) that wake the writer
 _FLUSH_SECONDS = 1.0
+_CHUNK = 1 << 16  # verdicts whose links are made at once
 _PROGRESS_BYTES = 64 << 20  # reads longer than this report their progress
 
 
@@ -241,24 +243,33 @@ class LinkFiles:
 
     def lookup(
         self, rollout_paths: Iterable[str], verdicts: Sequence[tuple[str | None, int | None, int | None]]
-    ) -> list[DispatchLink | None]:
-        """For each verdict name, the persisted dispatch of the run of ``rollout_paths`` it names
-        (None where none is): read streaming into a memory of ``capacity``, found at most once."""
-        if not self.enabled or not verdicts:
-            return [None] * len(verdicts)
+    ) -> Iterator[DispatchLink | None]:
+        """For each verdict name in turn, the persisted dispatch of the run of ``rollout_paths`` it
+        names (None where none is): the files are read streaming into a memory of ``capacity`` when
+        the first is asked for, and the links are made a chunk at a time (a million verdicts never
+        hold a million links at once); each dispatch is found at most once."""
+        memory = self._load(rollout_paths) if self.enabled and verdicts else None
+        if memory is None:
+            yield from repeat(None, len(verdicts))
+            return
+        for start in range(0, len(verdicts), _CHUNK):
+            yield from memory.take_many(verdicts[start : start + _CHUNK])
+
+    def _load(self, rollout_paths: Iterable[str]) -> DispatchLinks | None:
+        """The persisted dispatches of the runs that wrote ``rollout_paths``, oldest writer first (a
+        later dispatch of the same rollout replaces an earlier one); None when there are none."""
         self.flush()
         files = self._files_of(rollout_paths)
         if not files:
-            return [None] * len(verdicts)
+            return None
         memory = DispatchLinks(self.capacity)
-        total = sum(size for _, _, size in files)
-        progress = _Progress(total)
+        progress = _Progress(sum(size for _, _, size in files))
+        remember = memory.remember
         for path, _, _ in files:
-            memory_add = memory.remember
             for span_context_, identity in self._entries(path, progress):
-                memory_add(span_context_, identity)
+                remember(span_context_, identity)
         progress.done()
-        return memory.take_many(verdicts)
+        return memory
 
     def _files_of(self, rollout_paths: Iterable[str]) -> list[tuple[Path, float, int]]:
         """The links files of the runs that wrote ``rollout_paths`` (and of shards merged into them),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -49,11 +49,9 @@ def verdict_spans(
     facts = schema.verdict_facts(verdicts)
     names = [name for name, _ in facts]
     found = links.take_many(names)
-    if more_links is not None:
-        _look_further(names, found, more_links)
-    for verdict, (_, own), link in zip(verdicts, facts, found, strict=True):
-        if link is None:
-            continue  # never traced here (or evicted): no orphan root span
+
+    def span(at: int, link: DispatchLink) -> None:
+        verdict, (_, own) = verdicts[at], facts[at]
         attributes = own if defaults else {}
         if each is not None:
             each(verdict, attributes)
@@ -67,15 +65,27 @@ def verdict_spans(
         ).end(start_time)
         spanned.append(attributes.get(semconv.HEALTH_VERDICT))
 
+    for at, link in enumerate(found):
+        if link is not None:  # (None: never traced here, or evicted: no orphan root span)
+            span(at, link)
+    if more_links is not None:
+        asked = _not_found_yet(names, found)
+        del found
+        if asked:
+            for at, link in zip(asked, more_links([names[at] for at in asked]), strict=True):
+                if link is not None:
+                    span(at, link)
 
-_MoreLinks = Callable[[list[VerdictName]], list[DispatchLink | None]]
+
+_MoreLinks = Callable[[list[VerdictName]], Iterable[DispatchLink | None]]
 
 
-def _look_further(names: list[VerdictName], found: list[DispatchLink | None], more_links: _MoreLinks) -> None:
-    """Fill in ``found`` from ``more_links`` for the verdicts nothing was found for yet."""
+def _not_found_yet(names: list[VerdictName], found: list[DispatchLink | None]) -> list[int]:
+    """The verdicts ``links`` found nothing for whose rollout no other verdict of the pass found
+    (one span per rollout per pass: a verdict listed twice gets no second span from elsewhere)."""
     missing = [at for at, link in enumerate(found) if link is None]
-    if not missing:
-        return
+    if not missing or len(missing) == len(found):
+        return missing
     seen_ids, seen_indices = set(), set()
     for at, link in enumerate(found):
         if link is not None:
@@ -85,11 +95,7 @@ def _look_further(names: list[VerdictName], found: list[DispatchLink | None], mo
                 seen_ids.add(rollout_id)
             if task_index is not None and rollout_index is not None:
                 seen_indices.add((task_index, rollout_index))
-    asked = [at for at in missing if names[at][0] not in seen_ids and (names[at][1], names[at][2]) not in seen_indices]
-    if not asked:
-        return
-    for at, link in zip(asked, more_links([names[at] for at in asked]), strict=True):
-        found[at] = link
+    return [at for at in missing if names[at][0] not in seen_ids and (names[at][1], names[at][2]) not in seen_indices]
 
 
 def verdict_counts(spanned: Sequence[Any]) -> list[tuple[dict[str, str], int]]:
