@@ -337,3 +337,16 @@ def test_a_process_killed_mid_run_leaves_whole_lines_that_a_health_pass_reads(tm
     verdicts, spans, _ = run("health", {"paths": str(output)})
     assert len(verdicts["rollouts"]) == 4000 and len(healths(spans)) == persisted
     assert all(span["parent"] is not None for span in healths(spans))
+
+
+def test_dispatches_of_an_unknown_output_are_persisted_only_in_a_named_folder(tmp_path: Path) -> None:
+    """A framework whose output the schema does not know: nothing beside anything, all in the folder."""
+    nowhere = LinkFiles(None)
+    nowhere.persist(span_context(1, 1, True), RolloutIdentity(None, 0, 0, None, None), None)
+    nowhere.close()
+    assert not list(tmp_path.iterdir())
+    named = LinkFiles(str(tmp_path / "links"))
+    named.persist(span_context(2, 2, True), RolloutIdentity(None, 0, 0, None, None), None)
+    named.close()
+    (link,) = LinkFiles(str(tmp_path / "links")).lookup([str(tmp_path / "any" / "rollouts.jsonl")], [(None, 0, 0)])
+    assert link is not None and link.span_context.span_id == 2
