@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gym_instrument import semconv
 from gym_instrument.compat import span_context
 from gym_instrument.link.files import FOLDER, SUFFIX, LinkFiles
@@ -350,3 +352,18 @@ def test_dispatches_of_an_unknown_output_are_persisted_only_in_a_named_folder(tm
     named.close()
     (link,) = LinkFiles(str(tmp_path / "links")).lookup([str(tmp_path / "any" / "rollouts.jsonl")], [(None, 0, 0)])
     assert link is not None and link.span_context.span_id == 2
+
+
+def test_a_long_read_reports_its_progress(tmp_path: Path, caplog: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gym_instrument.link import files as link_files
+
+    monkeypatch.setattr(link_files, "_PROGRESS_BYTES", 1000)  # a "long" read: more than 1,000 bytes
+    output = str(tmp_path / "rollouts.jsonl")
+    writer = LinkFiles(None)
+    for task in range(100):
+        writer.persist(span_context(task + 1, task + 1, True), RolloutIdentity(None, task, 0, None, None), output)
+    writer.close()
+    with caplog.at_level(logging.INFO, logger="gym_instrument.link.files"):
+        found = list(LinkFiles(None).lookup([output], [(None, task, 0) for task in range(100)]))
+    assert all(found)
+    assert "reading dispatch links: 100%" in caplog.text and "reading dispatch links: 50%" in caplog.text

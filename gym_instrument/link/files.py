@@ -338,7 +338,7 @@ class LinkFiles:
         bad = 0
         try:
             with open(path, "rb") as file:
-                file.readline()
+                progress.add(len(file.readline()))
                 for line in file:
                     progress.add(len(line))
                     if not line.endswith(b"\n"):
@@ -396,7 +396,7 @@ class _Progress:
                 sys.stderr.write(f"\rgym_instrument: reading dispatch links [{'#' * tenth:<10}] {tenth * 10}%")
                 sys.stderr.flush()
             else:
-                _LOG.info("gym_instrument: reading dispatch links: %d%% of %d MB", tenth * 10, self.total >> 20)
+                _LOG.info("gym_instrument: reading dispatch links: %d%% of %.1f MB", tenth * 10, self.total / 1e6)
 
     def done(self) -> None:
         if self.tty:
