@@ -113,8 +113,14 @@ class _Writer:
         if self.fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.write(self.fd, (json.dumps(self.header) + "\n").encode())
-        os.write(self.fd, data)  # whole lines, one write
+            _write_all(self.fd, (json.dumps(self.header) + "\n").encode())
+        _write_all(self.fd, data)  # whole lines, in one write when the system allows
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 class LinkFiles:
