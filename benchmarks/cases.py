@@ -70,6 +70,7 @@ class Sizes:
     small_capacity: int = 1_000
     memory_rounds: int = 3
     startup_rounds: int = 7
+    persisted: int = 1_000_000  # links: rollouts whose persisted links a health pass looks up
 
 
 FULL = Sizes()
@@ -85,6 +86,7 @@ QUICK = Sizes(
     small_capacity=100,
     memory_rounds=1,
     startup_rounds=1,
+    persisted=10_000,
 )
 
 
@@ -1024,6 +1026,126 @@ def _remembering_in_a_run(sizes: Sizes, provider: TracerProvider) -> list[Row]:
     return result
 
 
+# ---------------------------------------------------------------------------------------------
+# links: dispatches persisted for a health pass in another process, and that pass's lookup
+
+
+def case_links(sizes: Sizes) -> list[Row]:
+    """The dispatch path with its links persisted (a run's output known, the default) against the same
+    dispatch with persisted links off, side by side in one instrumentation; then a health pass in
+    another process looking up ``sizes.persisted`` rollouts in the links a run persisted."""
+    import tempfile
+
+    from opentelemetry import context as otel_context
+
+    from gym_instrument.compat import span_context
+    from gym_instrument.link.files import RUN_OUTPUT_KEY, LinkFiles
+    from gym_instrument.plan.engine import ENGINE
+
+    rows_out: list[Row] = []
+    provider, _ = sdk()
+    with tempfile.TemporaryDirectory() as folder, instrumented([POST, HEALTH], tracer_provider=provider):
+        output = os.path.join(folder, "rollouts.jsonl")
+        files = ENGINE.setup.link_files
+        client = workload.ServerClient({"/run": workload.echo_run})
+        token = otel_context.attach(otel_context.set_value(RUN_OUTPUT_KEY, output))
+
+        def dispatch_with(link_files: Any) -> Callable[[list[dict[str, Any]]], float]:
+            def measure(rows: list[dict[str, Any]]) -> float:
+                ENGINE.setup.link_files = link_files
+                return per_call_us(lambda row: drive(client.post("simple_agent", "/run", json=row)), rows)
+
+            return measure
+
+        def prepare(number: int) -> list[dict[str, Any]]:
+            return workload.make_rows(sizes.calls, first_task=number * sizes.calls)
+
+        with_links, without = side_by_side(sizes.call_rounds, prepare, dispatch_with(files), dispatch_with(None))
+        otel_context.detach(token)
+        ENGINE.setup.link_files = files
+        files.flush()  # type: ignore[union-attr]
+        written = sum(
+            1 for name in os.listdir(os.path.join(folder, ".gym-links")) for _ in open(os.path.join(folder, ".gym-links", name))
+        )
+        if written < sizes.calls * sizes.call_rounds:
+            raise AssertionError(f"links: {written} lines persisted for {sizes.calls * sizes.call_rounds} dispatches")
+        figures = ratios(with_links, without)
+        rows_out.append(
+            Row(
+                "links",
+                "dispatch, SDK on: async `ServerClient.post(..., '/run', json=row)` in a run, links persisted "
+                "(the writer thread formats and writes them off the dispatch's path, not timed here)",
+                f"links on: {_fmt(statistics.median(with_links))} us",
+                f"links off: {_fmt(statistics.median(without))} us",
+                "ratio",
+                figures,
+                "<= 1.03",
+                statistics.median(figures) <= 1.03,
+            )
+        )
+    provider.shutdown()
+
+    # A health pass in another process: the links of a run of sizes.persisted rollouts, written by
+    # its collector, looked up for every verdict (bare index names, as NeMo Gym's digests say).
+    count = sizes.persisted
+    with tempfile.TemporaryDirectory() as folder:
+        output = os.path.join(folder, "rollouts.jsonl")
+        writer = LinkFiles(None)
+        for task in range(count // 4):
+            for rollout in range(4):
+                number = task * 4 + rollout + 1
+                writer.persist(span_context(number, number, True), RolloutIdentity(None, task, rollout, None, None), output)
+        writer.close()
+        names = [(f"{task}-{rollout}", task, rollout) for task in range(count // 4) for rollout in range(4)]
+        size = sum(
+            os.path.getsize(os.path.join(folder, ".gym-links", name)) for name in os.listdir(os.path.join(folder, ".gym-links"))
+        )
+        times, peaks = [], []
+        looked_up: list[Any] = []
+        for _ in range(sizes.memory_rounds):
+            looked_up.clear()
+            times.append(
+                seconds(
+                    lambda: looked_up.append(sum(link is not None for link in LinkFiles(None).lookup([output], names))),
+                    clock=WALL_TIME,
+                )
+            )
+            if looked_up[0] != len(names):
+                raise AssertionError("links: a persisted dispatch was not found")
+            looked_up.clear()
+            tracemalloc.start()
+            for _ in LinkFiles(None).lookup([output], names):  # as a health pass consumes them
+                pass
+            peaks.append(tracemalloc.get_traced_memory()[1] / 1e6)
+            tracemalloc.stop()
+        rows_out.append(
+            Row(
+                "links",
+                f"health pass in another process: lookup of {count:,} rollouts in persisted links "
+                f"({size / 1e6:.0f} MB), wall time",
+                "LinkFiles.lookup",
+                "-",
+                "s",
+                times,
+                "(informational)",
+                None,
+            )
+        )
+        rows_out.append(
+            Row(
+                "links",
+                f"the same lookup, peak Python memory (tracemalloc), {count:,} rollouts",
+                "LinkFiles.lookup",
+                "-",
+                "MB",
+                peaks,
+                "<= 200 MB",
+                max(peaks) <= 200,
+            )
+        )
+    return rows_out
+
+
 CASES: dict[str, Callable[[Sizes], list[Row]]] = {
     "A": case_a,
     "B": case_b,
@@ -1033,4 +1155,5 @@ CASES: dict[str, Callable[[Sizes], list[Row]]] = {
     "F": case_f,
     "bind": case_bind,
     "parts": case_parts,
+    "links": case_links,
 }

@@ -96,6 +96,13 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   `gym_instrument`, then times `GymInstrumentor().instrument(tracer_provider=...)` with the default
   preset (nemo_gym) armed and no `OTEL_*` variables, and lists the modules it imported. The
   package's bytecode is compiled first, as a wheel install has it.
+- **links.** The A dispatch inside a run whose output is known (its dispatches persist their links
+  beside it, the default) against the same dispatch with persisted links off, alternating per
+  round in one instrumentation; the writer thread formats and writes the lines off the dispatch's
+  path (its time is the process's, not the dispatch's). Then a health pass in another process:
+  `LinkFiles.lookup` of every rollout of a run from the links its collector persisted (bare index
+  names, as NeMo Gym's digests give them), in wall time, and its peak Python memory (`tracemalloc`,
+  in a second pass).
 """
 
 WHY_NOT_BIND = """\

@@ -14,7 +14,10 @@ For each release in gym_harness/releases.py (0.4.0 on Python 3.12, 0.7.0 on Pyth
      c. collects rollouts with `opentelemetry-instrument -- gym eval run --no-serve …`;
      d. checks what the receiver got against rollouts.jsonl and, where the release has a health
         pass, rollout_verdicts.jsonl (checks.py), and stops everything it started;
-  3. runs the release's in-process check (0.7.0: inprocess_070.py) with the venv's Python.
+  3. on 0.7.0, the sharded flow (e2e/sharded.py): two shard collectors at once, `gym eval
+     aggregate`, then `gym eval health-check` elsewhere; each health pass's spans are children
+     of the shards' dispatches;
+  4. runs the release's in-process check (0.7.0: inprocess_070.py) with the venv's Python.
 
 Usage, from the repository's root (``-m`` puts the root on the path: the harness, ``gym_harness``,
 is imported by name):
@@ -37,10 +40,10 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e import checks
+from e2e.sharded import PassResult, run_sharded
 from gym_harness.environment import Scratch, base_env
 from gym_harness.jsonl import read_jsonl
 from gym_harness.otlp_json import read_received
@@ -86,13 +89,6 @@ def tmp_entries() -> set[str]:
 # ---------------------------------------------------------------------------------------------
 # One pass: servers, collection, checks
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class PassResult:
-    label: str
-    rollouts: int = 0
-    report: checks.Report = field(default_factory=checks.Report)
 
 
 def write_inputs(release: Release, path: Path) -> Path:
@@ -356,12 +352,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         for release in releases:
             venv_python = ensure_venv(release, with_package=not args.without_package)
-            for gym_pass in release.passes:
+            for gym_pass in () if args.only_sharded else release.passes:
                 log(
                     f"nemo-gym {release.version}, pass {gym_pass.name} (model-call capture {'on' if gym_pass.capture else 'off'})"
                 )
                 results.append(run_pass(release, gym_pass, venv_python, marker, scratch, args))
-            if release.inprocess_check is not None and not args.without_package:
+            if release.sharded and not args.without_package and not args.skip_sharded:
+                log(f"nemo-gym {release.version}, the sharded flow (model-call capture on)")
+                results.append(run_sharded(release, venv_python, marker, scratch, args.repeats))
+            if release.inprocess_check is not None and not args.without_package and not args.only_sharded:
                 results.append(run_inprocess(release, venv_python, marker, scratch))
     finally:
         scratch.remove()
@@ -428,6 +427,8 @@ def main() -> int:
     )
     parser.add_argument("--repeats", type=int, default=NUM_REPEATS, help=f"rollouts per task (default {NUM_REPEATS})")
     parser.add_argument("--concurrency", type=int, default=4, help="rollouts in flight at once (default 4)")
+    parser.add_argument("--skip-sharded", action="store_true", help="skip the sharded flow (aggregate, health-check)")
+    parser.add_argument("--only-sharded", action="store_true", help="of each release, run the sharded flow only")
     parser.add_argument("--write-excerpt", action="store_true", help=f"refresh {EXCERPT.relative_to(REPO)} after a passing run")
     args = parser.parse_args()
     return run_main(lambda: run(args), lambda: WORK)

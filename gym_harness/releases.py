@@ -51,6 +51,8 @@ class Release:
     flat_run_hops: int
     # A script run with the venv's Python after the passes (exit 0 = passed), or None.
     inprocess_check: Path | None = None
+    # Also run the sharded flow (e2e/sharded.py): shard collectors, `gym eval aggregate`, `gym eval health-check`.
+    sharded: bool = False
 
 
 WHEEL_CONFIGS = (
@@ -102,5 +104,6 @@ RELEASES: tuple[Release, ...] = (
         ),
         flat_run_hops=2,
         inprocess_check=E2E_DIR / "inprocess_070.py",
+        sharded=True,
     ),
 )

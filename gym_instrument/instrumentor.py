@@ -44,7 +44,9 @@ mapping; see ``gym_instrument.config.declare``), ``presets`` (default ``["nemo_g
 each armed only when its framework is imported; ``"none"`` arms none), ``extractors`` (role -> callables),
 ``replace_default_extractors`` (roles whose defaults your extractors replace), ``link_capacity``
 (dispatch span contexts remembered for their health verdicts, default 1,000,000) and
-``baggage`` (False keeps the rollout id in-process instead of in W3C baggage) and
+``link_dir`` and ``link_files`` (where ended dispatches are persisted for a health pass in another
+process: beside the run's output, or in ``link_dir``; ``link_files=False`` persists and reads
+nothing), ``baggage`` (False keeps the rollout id in-process instead of in W3C baggage) and
 ``job_context`` (``"link"``, ``"parent"`` or ``"ignore"``: how a dispatch span with no other parent
 is tied to the ``TRACEPARENT`` the process was started with).
 """
@@ -61,6 +63,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from gym_instrument.config.declare import preset_targets
 from gym_instrument.config.settings import GymConfig
 from gym_instrument.frameworks import DEFAULT_SCHEMA
+from gym_instrument.link.files import LinkFiles
 from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.package import _instruments
 from gym_instrument.plan.engine import ENGINE, Setup
@@ -84,6 +87,7 @@ class _Running:
     recorder: Recorder
     links: DispatchLinks
     job: JobContext | None
+    link_files: LinkFiles | None
 
 
 class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -144,7 +148,14 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                     len(running.links),
                 )
         job = running.job if running is not None and unchanged("job_context") else job_context(config.job_context)
-        ENGINE.configure(Setup(recorder, links, config.baggage, remembers=_verdicts_can_come(targets), job=job))
+        if running is not None and unchanged("link_dir", "link_files", "link_capacity"):
+            link_files = running.link_files
+        else:
+            if running is not None and running.link_files is not None:
+                running.link_files.close()
+            link_files = LinkFiles(config.link_dir, capacity=config.link_capacity) if config.link_files else None
+        setup = Setup(recorder, links, config.baggage, remembers=_verdicts_can_come(targets), job=job, link_files=link_files)
+        ENGINE.configure(setup)
 
         if running is None:
             patcher = Patcher(DEFAULT_SCHEMA, config.extractors, config.replace_default_extractors)
@@ -154,12 +165,14 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             # the extractors added now), new targets are armed, and restore() still puts back all.
             patcher = running.patcher
             patcher.update(targets, config.extractors, config.replace_default_extractors)
-        GymInstrumentor._running = _Running(config, targets, patcher, recorder, links, job)
+        GymInstrumentor._running = _Running(config, targets, patcher, recorder, links, job, link_files)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         running, GymInstrumentor._running = GymInstrumentor._running, None
         if running is not None:
             running.patcher.restore()
+            if running.link_files is not None:
+                running.link_files.close()  # what was queued is written
         ENGINE.configure(Setup(Recorder(), DispatchLinks(ENGINE.links.capacity), True))
 
 

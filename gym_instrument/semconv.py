@@ -13,6 +13,7 @@ ROLE_HEALTH: Final = "health"
 # A request boundary: the call runs in an empty trace context (no span, no attributes). Presets
 # use it where a server can start a request inside the previous request's context.
 ROLE_ISOLATE: Final = "isolate"
+ROLE_RUN: Final = "run"
 
 # Spans.
 SPAN_DISPATCH: Final = "gym.rollout.dispatch"

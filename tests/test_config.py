@@ -100,6 +100,8 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
     variables = {name: setting.env for name, setting in settings.items()}
     assert variables == {
         "targets": "OTEL_PYTHON_GYM_TARGETS",
+        "link_dir": "OTEL_PYTHON_GYM_LINK_DIR",
+        "link_files": "OTEL_PYTHON_GYM_LINK_FILES",
         "presets": "OTEL_PYTHON_GYM_PRESETS",
         "link_capacity": "OTEL_PYTHON_GYM_LINK_CAPACITY",
         "baggage": "OTEL_PYTHON_GYM_BAGGAGE",
@@ -202,3 +204,15 @@ def test_a_typo_in_an_imported_module_or_package_names_the_nearest_name(
     assert len(messages) == 2 and all("OTEL_PYTHON_GYM_TARGETS" in message for message in messages)
     assert "did you mean 'Collector'?" in messages[0]
     assert f"did you mean {name!r}?" in messages[1], messages[1]
+
+
+def test_link_settings_from_the_environment_and_code(caplog: pytest.LogCaptureFixture, tmp_path: Any) -> None:
+    environ = {"OTEL_PYTHON_GYM_LINK_DIR": str(tmp_path), "OTEL_PYTHON_GYM_LINK_FILES": "false"}
+    config = GymConfig.resolve({}, environ)
+    assert (config.link_dir, config.link_files) == (str(tmp_path), False)
+    with caplog.at_level("ERROR"):
+        assert GymConfig.resolve({}, {"OTEL_PYTHON_GYM_LINK_FILES": "maybe"}).link_files is True
+    assert "OTEL_PYTHON_GYM_LINK_FILES" in caplog.text
+    with pytest.raises(ValueError):
+        GymConfig.resolve({"link_files": "maybe"})
+    assert GymConfig.resolve({"link_dir": str(tmp_path)}, {"OTEL_PYTHON_GYM_LINK_DIR": "/elsewhere"}).link_dir == str(tmp_path)

@@ -35,6 +35,8 @@ ENV_LINK_CAPACITY = "OTEL_PYTHON_GYM_LINK_CAPACITY"
 ENV_BAGGAGE = "OTEL_PYTHON_GYM_BAGGAGE"
 ENV_JOB_CONTEXT = "OTEL_PYTHON_GYM_JOB_CONTEXT"
 ENV_CONFIG = "OTEL_PYTHON_GYM_CONFIG"
+ENV_LINK_DIR = "OTEL_PYTHON_GYM_LINK_DIR"
+ENV_LINK_FILES = "OTEL_PYTHON_GYM_LINK_FILES"
 
 # Every shipped preset: each is armed only when its framework's module is imported (a post-import
 # hook), so a process without that framework pays nothing for it.
@@ -90,6 +92,12 @@ def parse_bool(value: str | bool) -> bool:
     if lowered in ("false", "0", "no", "off"):
         return False
     raise ValueError(f"expected true or false, got {value!r}")
+
+
+def parse_directory(value: str | os.PathLike[str]) -> str:
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value).strip():
+        raise ValueError(f"link directory must be a path, got {value!r}")
+    return os.path.abspath(os.path.expanduser(os.fspath(value).strip()))
 
 
 def parse_job_mode(value: str) -> str:
@@ -224,6 +232,10 @@ class GymConfig:
     )
     link_capacity: int = field(default=DEFAULT_LINK_CAPACITY, metadata=_declare(ENV_LINK_CAPACITY, parse_capacity))
     baggage: bool = field(default=True, metadata=_declare(ENV_BAGGAGE, parse_bool))
+    # Persisted links (link.files): ended dispatches written for a health pass in another process,
+    # beside the run's output (when its schema knows it) or in link_dir; link_files=False: neither.
+    link_dir: str | None = field(default=None, metadata=_declare(ENV_LINK_DIR, parse_directory))
+    link_files: bool = field(default=True, metadata=_declare(ENV_LINK_FILES, parse_bool))
     job_context: str = field(default=JOB_LINK, metadata=_declare(ENV_JOB_CONTEXT, parse_job_mode))
     # Code only: no environment variable.
     extractors: Mapping[str, tuple[Extractor, ...]] = field(

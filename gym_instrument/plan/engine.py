@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from gym_instrument import semconv
+from gym_instrument.link.files import LinkFiles
 from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.record.job import JobContext
 from gym_instrument.record.recorder import Recorder
@@ -12,10 +13,11 @@ from gym_instrument.record.recorder import Recorder
 
 class Setup:
     """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting,
-    whether ended dispatches are remembered (only when a health function could ask for them), and
-    the job context of the process's environment that root dispatch spans are tied to."""
+    whether ended dispatches are remembered (only when a health function could ask for them), the
+    job context of the process's environment that root dispatch spans are tied to, and the persisted
+    links (ended dispatches written for a health pass in another process; None: off)."""
 
-    __slots__ = ("job", "links", "propagate_baggage", "recorder", "remembers")
+    __slots__ = ("job", "link_files", "links", "propagate_baggage", "recorder", "remembers")
 
     def __init__(
         self,
@@ -24,12 +26,14 @@ class Setup:
         propagate_baggage: bool,
         remembers: bool = True,
         job: JobContext | None = None,
+        link_files: LinkFiles | None = None,
     ) -> None:
         self.recorder = recorder
         self.links = links
         self.propagate_baggage = propagate_baggage
         self.remembers = remembers
         self.job = job
+        self.link_files = link_files  # persisted links (None: off)
         links.on_evicted = partial(recorder.count, semconv.METRIC_LINK_EVICTIONS, None)
 
 

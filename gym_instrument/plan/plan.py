@@ -30,6 +30,7 @@ from opentelemetry.trace import Span
 
 from gym_instrument import compat, semconv
 from gym_instrument.compat import attach, detach
+from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity, named_identity
 from gym_instrument.plan.call import ArgLocator, Call
 from gym_instrument.plan.engine import ENGINE, Setup
@@ -93,6 +94,7 @@ class Plan:
         "isolates",
         "locator",
         "makes_call",
+        "names_run",
         "open_span",
         "reads_result",
         "remembers",
@@ -156,6 +158,7 @@ class Plan:
         self.remembers = role.remembers_dispatch
         self.emits = role.emits_child_spans
         self.isolates = role.isolates
+        self.names_run = role.names_run
 
     def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
         """The user's extractors, and whether the role's own attribute rules apply (a second
@@ -202,7 +205,7 @@ class Plan:
         attached. None when the call is not the role's (a relay) or starting failed: it runs untouched."""
         role = self.role
         setup = ENGINE.setup
-        span = rollout_id = None
+        span = rollout_id = run_output = None
         try:
             recorder = setup.recorder
             tracer = recorder.cached_tracer or recorder.tracer()
@@ -235,10 +238,17 @@ class Plan:
                         if extracted is not None and extracted != rollout_id:
                             rollout_id = extracted
                             active.identity = named_identity(active.identity, extracted)
+                if self.remembers:
+                    active.output = current.get(RUN_OUTPUT_KEY)  # type: ignore[assignment]  # the run it belongs to, for its persisted link
                 if self.direct and (setup.job is None or not self.ties_to_job):
                     span = active.span = tracer.start_span(self.span_name, current, self.span_kind, attributes)  # type: ignore[arg-type]  # (a role with a span has its name)
                 else:
                     span = active.span = self.open_span(self, tracer, setup.job, current, attributes)
+            elif self.emits or self.names_run:
+                row = self.find_row(instance, args, kwargs)
+                active.row = None if row is MISSING else row
+                if self.names_run:
+                    run_output = role.run_output(self, active.row, setup.link_files)
         except Exception:
             FAILURES.failed(f"the start of the {self.role_name} role", self.where)
             return None
@@ -246,6 +256,9 @@ class Plan:
         try:
             if self.isolates:
                 active.ctx = Context({guard_key: guard})
+            elif run_output is not None:
+                run_ctx = compat.with_values(current, None, None, RUN_OUTPUT_KEY, run_output)
+                active.ctx = compat.with_values(run_ctx, None, None, guard_key, guard)
             elif rollout_id is None:
                 active.ctx = compat.with_values(current, span, None, guard_key, guard)
             elif setup.propagate_baggage:
@@ -267,7 +280,7 @@ class Active:
     ``call`` is what the plan's extractors are given (None when it has none).
     """
 
-    __slots__ = ("call", "ctx", "done", "identity", "plan", "row", "setup", "span", "token")
+    __slots__ = ("call", "ctx", "done", "identity", "output", "plan", "row", "setup", "span", "token")
 
     def __init__(self, plan: Plan, setup: Setup) -> None:
         self.plan = plan
@@ -276,6 +289,7 @@ class Active:
         self.span: Span | None = None
         self.identity: RolloutIdentity | None = None
         self.row: Any = None
+        self.output: str | None = None  # the output file of the run a dispatch belongs to
         self.ctx: Context = _NO_CONTEXT  # Plan.start sets the call's own before it returns it
         self.token: object | None = None
         self.done = False
@@ -339,11 +353,15 @@ class Active:
                 outcome = tallies.error
             elif exception is None:
                 span.end()
-                if plan.remembers and setup.remembers:
+                if plan.remembers:
                     identity = self.identity
                     # identity None: the row could not be read, and nothing names the rollout.
                     if identity is not None:
-                        setup.links.remember(span.get_span_context(), identity)
+                        span_context = span.get_span_context()
+                        if setup.remembers:
+                            setup.links.remember(span_context, identity)
+                        if setup.link_files is not None:  # for a health pass in another process
+                            setup.link_files.persist(span_context, identity, self.output)
                 outcome = tallies.ok
             else:
                 cancelled = isinstance(exception, _CANCELLATION)
@@ -366,6 +384,10 @@ class Active:
     @property
     def links(self) -> Any:
         return self.setup.links
+
+    @property
+    def link_files(self) -> Any:
+        return self.setup.link_files
 
     def tracer(self) -> Any:
         return self.setup.recorder.tracer()

@@ -11,9 +11,10 @@ from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Emission, Role, Rol
 from gym_instrument.role.dispatch import DispatchRole
 from gym_instrument.role.health import HealthRole
 from gym_instrument.role.isolate import IsolateRole
+from gym_instrument.role.run import RunRole
 from gym_instrument.role.verify import VerifyRole
 
-ROLES: dict[str, Role] = {role.name: role for role in (DispatchRole(), VerifyRole(), HealthRole(), IsolateRole())}
+ROLES: dict[str, Role] = {role.name: role for role in (DispatchRole(), VerifyRole(), HealthRole(), IsolateRole(), RunRole())}
 
 __all__ = [
     "ROLES",
@@ -24,6 +25,7 @@ __all__ = [
     "IsolateRole",
     "Role",
     "RoleCall",
+    "RunRole",
     "VerifyRole",
     "rollout_id_in",
 ]

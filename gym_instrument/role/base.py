@@ -16,6 +16,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind
 
 from gym_instrument import semconv
+from gym_instrument.link.files import LinkFiles
 from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.record.job import JobContext, has_parent
@@ -63,6 +64,14 @@ class Emission(Protocol):
     def links(self) -> DispatchLinks:
         """The remembered dispatches, for a verdict to find its dispatch span."""
 
+    @property
+    def link_files(self) -> LinkFiles | None:
+        """Persisted links, for a verdict whose dispatch ran in another process (None: off)."""
+
+    @property
+    def row(self) -> Any:
+        """The call's row argument (a health pass: the rollout file or files it judges)."""
+
     def tracer(self) -> trace.Tracer | None:
         """The tracer the call records with (None: nothing records any more)."""
 
@@ -94,6 +103,7 @@ class Role:
     emits_child_spans = False  # the result (or each item a generator yields) is turned into child spans (emit)
     isolates = False  # the call runs in an empty context
     ties_to_job = False  # a root span is tied to the job context the process was started with (TRACEPARENT)
+    names_run = False  # the call runs a whole run: its dispatches persist their links beside its output (run_output)
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and
@@ -130,6 +140,10 @@ class Role:
                 return tracer.start_span(name, context=job.parent_of(current), kind=self.span_kind, attributes=attributes)
             return tracer.start_span(name, context=current, kind=self.span_kind, attributes=attributes, links=job.links)
         return tracer.start_span(name, context=current, kind=self.span_kind, attributes=attributes)
+
+    def run_output(self, call: RoleCall, row: Any, files: LinkFiles | None) -> str | None:
+        """``names_run`` roles: the output file of the run the call runs (its dispatches' links go beside it)."""
+        return None
 
     def on_success(self, call: RoleCall, row: Any, result: Any) -> dict[str, Any]:
         """The span's attributes from a returned result (the role's own rules are on)."""

@@ -6,8 +6,10 @@ ended dispatch: the live health role and ``gym-instrument replay`` both go throu
 
 from __future__ import annotations
 
+import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from opentelemetry import context, trace
@@ -15,9 +17,9 @@ from opentelemetry.trace import NonRecordingSpan
 
 from gym_instrument import semconv
 from gym_instrument.compat import parents_in
-from gym_instrument.link.memory import DispatchLinks
+from gym_instrument.link.memory import DispatchLink, DispatchLinks
 from gym_instrument.role.base import Emission, Role, RoleCall
-from gym_instrument.schema.base import RolloutSchema
+from gym_instrument.schema.base import RolloutSchema, VerdictName
 
 _VERDICT_ATTRIBUTES = {verdict: {"verdict": verdict} for verdict in (*semconv.KNOWN_VERDICTS, semconv.VERDICT_OTHER)}
 
@@ -32,19 +34,24 @@ def verdict_spans(
     defaults: bool = True,
     each: Callable[[Any, dict[str, Any]], None] | None = None,
     start_time: int | None = None,
+    more_links: _MoreLinks | None = None,
 ) -> None:
     """One ``gym.rollout.health`` span per verdict whose dispatch is remembered in ``links``, a child
     of that ended dispatch span (found and forgotten: at most one span per dispatch). A verdict of a
     rollout never traced here makes no span (no orphan root span). The verdict name of each span
     made is appended to ``spanned`` as it is made. ``each(verdict, attributes)``: the user's
-    extractors, per verdict. ``start_time``: when the spans start and end (default: now)."""
+    extractors, per verdict. ``start_time``: when the spans start and end (default: now).
+    ``more_links``: where a verdict whose dispatch ``links`` does not hold is looked up next (the
+    persisted links of the run), asked once for all of them; a verdict naming a rollout already
+    found in ``links`` in this pass is not asked for (one span per rollout per pass)."""
     # Each health span's parent is an ended dispatch span: set in (a copy of) the current context, not made current.
     parent_of = parents_in(context.get_current())
     facts = schema.verdict_facts(verdicts)
-    found = links.take_many([name for name, _ in facts])
-    for verdict, (_, own), link in zip(verdicts, facts, found, strict=True):
-        if link is None:
-            continue  # never traced here (or evicted): no orphan root span
+    names = [name for name, _ in facts]
+    found = links.take_many(names)
+
+    def span(at: int, link: DispatchLink) -> None:
+        verdict, (_, own) = verdicts[at], facts[at]
         attributes = own if defaults else {}
         if each is not None:
             each(verdict, attributes)
@@ -58,6 +65,38 @@ def verdict_spans(
         ).end(start_time)
         spanned.append(attributes.get(semconv.HEALTH_VERDICT))
 
+    for at, link in enumerate(found):
+        if link is not None:  # (None: never traced here, or evicted: no orphan root span)
+            span(at, link)
+    if more_links is not None:
+        asked = _not_found_yet(names, found)
+        del found
+        if asked:
+            for at, link in zip(asked, more_links([names[at] for at in asked]), strict=True):
+                if link is not None:
+                    span(at, link)
+
+
+_MoreLinks = Callable[[list[VerdictName]], Iterable[DispatchLink | None]]
+
+
+def _not_found_yet(names: list[VerdictName], found: list[DispatchLink | None]) -> list[int]:
+    """The verdicts ``links`` found nothing for whose rollout no other verdict of the pass found
+    (one span per rollout per pass: a verdict listed twice gets no second span from elsewhere)."""
+    missing = [at for at, link in enumerate(found) if link is None]
+    if not missing or len(missing) == len(found):
+        return missing
+    seen_ids, seen_indices = set(), set()
+    for at, link in enumerate(found):
+        if link is not None:
+            rollout_id, task_index, rollout_index = names[at]
+            seen_ids.add(link[1])
+            if rollout_id is not None:
+                seen_ids.add(rollout_id)
+            if task_index is not None and rollout_index is not None:
+                seen_indices.add((task_index, rollout_index))
+    return [at for at in missing if names[at][0] not in seen_ids and (names[at][1], names[at][2]) not in seen_indices]
+
 
 def verdict_counts(spanned: Sequence[Any]) -> list[tuple[dict[str, str], int]]:
     """The bounded metric points of a pass's verdicts: known verdict names, every other one as ``other``."""
@@ -65,6 +104,15 @@ def verdict_counts(spanned: Sequence[Any]) -> list[tuple[dict[str, str], int]]:
     for name, count in Counter(spanned).items():
         tally[name if name in semconv.KNOWN_VERDICTS else semconv.VERDICT_OTHER] += count
     return [(_VERDICT_ATTRIBUTES[name], count) for name, count in tally.items()]
+
+
+def rollout_paths(argument: Any) -> list[str]:
+    """The rollout file or files a health function was given (a path, or a list of them)."""
+    if isinstance(argument, (str, os.PathLike)):
+        return [os.fspath(argument)]
+    if isinstance(argument, (list, tuple)):
+        return [os.fspath(path) for path in argument if isinstance(path, (str, os.PathLike))]
+    return []
 
 
 class HealthRole(Role):
@@ -80,6 +128,12 @@ class HealthRole(Role):
         if tracer is None:
             return
         spanned: list[Any] = []  # the verdict name of each span, counted once per pass (the same sums)
+        files = emission.link_files
+        more_links = None
+        if files is not None:
+            paths = rollout_paths(emission.row)
+            if paths:
+                more_links = partial(files.lookup, paths)
         try:
             verdict_spans(
                 tracer,
@@ -89,6 +143,7 @@ class HealthRole(Role):
                 spanned,
                 defaults=call.defaults,
                 each=emission.each_item if emission.has_item_extractors else None,
+                more_links=more_links,
             )
         finally:
             for attributes, count in verdict_counts(spanned):

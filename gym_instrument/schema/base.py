@@ -54,6 +54,11 @@ class RolloutSchema:
         """A verify result's attributes, through :func:`~gym_instrument.schema.rules.outcome_attributes`."""
         return outcome_attributes(result, None, None)
 
+    def run_files(self, config: Any) -> tuple[str | None, list[str]]:
+        """What a run function's argument says of its files: the output file it writes (None:
+        unknown) and the shard files it merges into that output (none: it merges nothing)."""
+        return None, []
+
     def verdicts(self, result: Any) -> Sequence[Any]:
         """The verdicts in a health function's result (a one-shot iterator is never consumed)."""
         return ()

@@ -32,6 +32,21 @@ PRESET: dict[str, Any] = {
             "framework": FRAMEWORK,
             "optional": True,
         },
+        # A whole collection, and an aggregation of shards (0.7.0): the dispatches a run makes persist
+        # their links beside its output file, and a merge of shards is recorded, so that a health
+        # pass in another process (gym eval aggregate, gym eval health-check) finds its dispatches.
+        {
+            "path": "nemo_gym.rollout_collection:RolloutCollectionHelper.run_from_config",
+            "role": "run",
+            "schema": "nemo_gym",
+            "optional": True,
+        },
+        {
+            "path": "nemo_gym.rollout_collection:RolloutAggregationHelper.run_from_config",
+            "role": "run",
+            "schema": "nemo_gym",
+            "optional": True,
+        },
         # Newer releases only; imported lazily by the collector, so the module attribute is patched.
         {"path": "nemo_gym.rollout_health:run_health_checks", "role": "health", "schema": "nemo_gym", "optional": True},
         # NeMo Gym's servers run on uvicorn, which can start a keep-alive connection's next request

@@ -8,6 +8,8 @@ finished run lays out its files, for ``gym-instrument replay``.
 
 from __future__ import annotations
 
+import glob
+import os
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -184,6 +186,24 @@ class NemoGymSchema(RolloutSchema):
             return attributes
         return outcome_attributes(field(result, "reward"), field(result, "mask_sample"), field(result, "failure_kind"))
 
+    def run_files(self, config: Any) -> tuple[str | None, list[str]]:
+        """A collection's or aggregation's config: ``output_jsonl_fpath``, and for an aggregation
+        that merges (``merge_shards``, default true) the shards its ``input_glob`` matches, as
+        ``gym eval aggregate`` expands it (comma-separated globs; sidecars are not shards)."""
+        output = field(config, "output_jsonl_fpath")
+        if not is_a(output, (str, os.PathLike)) or not os.fspath(output):
+            return None, []
+        output = os.fspath(output)
+        input_glob = field(config, "input_glob")
+        if type(input_glob) is not str or field(config, "merge_shards") is False:
+            return output, []
+        shards: dict[str, None] = {}
+        for pattern in (part.strip() for part in input_glob.split(",")):
+            for path in sorted(glob.glob(pattern)) if pattern else ():
+                if not os.path.splitext(os.path.basename(path))[0].endswith(_SIDECARS):
+                    shards.setdefault(path, None)
+        return output, list(shards)
+
     def verdicts(self, result: Any) -> Sequence[Any]:
         """``.rollouts`` / ``["rollouts"]`` of a health result, a list of verdicts, or one verdict."""
         if is_a(result, (list, tuple)):
@@ -234,6 +254,9 @@ class NemoGymSchema(RolloutSchema):
 
 
 SCHEMA = NemoGymSchema()
+
+# Files beside a shard that its glob matches and ``gym eval aggregate`` does not read as shards.
+_SIDECARS = ("_failures", "_materialized_inputs")
 
 
 class RunFiles:

@@ -1,0 +1,369 @@
+"""SPEC section 4, "from any process": persisted links (``link/files.py``) in real processes and files.
+
+A sharded run as NeMo Gym 0.7.0 makes it: shard collectors dispatch (no health pass), an
+aggregation merges the shards and judges health in a third process, and a re-check judges it
+again in a fourth process with another working directory and ``HOME``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gym_instrument import semconv
+from gym_instrument.compat import span_context
+from gym_instrument.link.files import FOLDER, SUFFIX, LinkFiles
+from gym_instrument.link.identity import RolloutIdentity
+from tests.crossprocess import run_pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(action: str, config: dict[str, Any], cwd: Path | None = None, **env: str) -> tuple[Any, list[dict[str, Any]], str]:
+    """One process of the run: its result, the spans it exported and what it logged."""
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_PYTHON_GYM_")}
+    environ.update(PYTHONPATH=str(REPO), **env)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.crossprocess.links_main", action, json.dumps(config)],
+        cwd=cwd or REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    result = next((line["result"] for line in lines if "result" in line), None)
+    return result, [line for line in lines if "name" in line], done.stderr
+
+
+def rows(tasks: range, repeats: int = 2) -> list[dict[str, Any]]:
+    return [{"_ng_task_index": t, "_ng_rollout_index": r, "agent_ref": {"name": "a"}} for t in tasks for r in range(repeats)]
+
+
+def dispatches(spans: list[dict[str, Any]]) -> dict[tuple[int, int], dict[str, Any]]:
+    return {
+        (s["attributes"][semconv.TASK_INDEX], s["attributes"][semconv.ROLLOUT_REPEAT]): s
+        for s in spans
+        if s["name"] == semconv.SPAN_DISPATCH
+    }
+
+
+def healths(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in spans if s["name"] == semconv.SPAN_HEALTH]
+
+
+def assert_children(health: list[dict[str, Any]], dispatched: dict[tuple[int, int], dict[str, Any]], verdicts: Any) -> None:
+    by_id = {f"{t}-{r}": span for (t, r), span in dispatched.items()}
+    assert sorted(s["attributes"][semconv.ROLLOUT_ID] for s in health) == sorted(by_id)  # one per rollout
+    expected = {d["rollout_id"]: d for d in verdicts["rollouts"]}
+    for span in health:
+        rollout_id = span["attributes"][semconv.ROLLOUT_ID]
+        dispatch = by_id[rollout_id]
+        assert (span["parent_trace"], span["parent"]) == (dispatch["trace_id"], dispatch["span_id"])
+        assert span["trace_id"] == dispatch["trace_id"]
+        assert span["attributes"][semconv.HEALTH_VERDICT] == expected[rollout_id]["verdict"]
+        assert span["attributes"][semconv.HEALTH_CHECKS] == sorted({f["check"] for f in expected[rollout_id]["findings"]})
+
+
+def shard(out: Path, number: int, tasks: range, **env: str) -> list[dict[str, Any]]:
+    path = out / f"rollouts-rs{number}-chunk0.jsonl"
+    _, spans, _ = run("collect", {"output_jsonl_fpath": str(path), "rows": rows(tasks)}, **env)
+    return spans
+
+
+def test_a_sharded_run_gets_its_health_spans_in_aggregation_and_in_a_later_recheck(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    spans = shard(out, 0, range(0, 3)) + shard(out, 1, range(3, 5))
+    dispatched = dispatches(spans)
+    assert len(dispatched) == 10 and not healths(spans)  # a shard has no health pass
+
+    # The links are where no rollout glob a user would write reads them as a shard.
+    for pattern in ("rollouts-rs*-chunk*.jsonl", "*.jsonl", "**/*.jsonl", "*", "rollouts*"):
+        assert not any(FOLDER in path or path.endswith(SUFFIX) for path in glob.glob(str(out / pattern), recursive=True))
+    assert glob.glob(str(out / FOLDER / f"*{SUFFIX}"))
+
+    config = {"input_glob": f"{out}/rollouts-rs*-chunk*.jsonl, {out}/*.jsonl", "output_jsonl_fpath": str(out / "rollouts.jsonl")}
+    verdicts, aggregated, _ = run("aggregate", config)
+    assert {d["verdict"] for d in verdicts["rollouts"]} == {"healthy", "unhealthy"}
+    assert_children(healths(aggregated), dispatched, verdicts)
+    assert not [s for s in aggregated if s["name"] == semconv.SPAN_DISPATCH]
+
+    # Days later, on another node: another working directory and HOME, only the run folder.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config = {"paths": str(out / "rollouts.jsonl"), "output_dir": str(out)}
+    rechecked, spans, _ = run("health", config, cwd=elsewhere, HOME=str(elsewhere))
+    assert rechecked == verdicts
+    assert_children(healths(spans), dispatched, rechecked)  # a new judgement: its own span per rollout
+
+
+def test_links_in_a_named_folder_and_unmerged_shards(tmp_path: Path) -> None:
+    out, links = tmp_path / "out", tmp_path / "shared-links"
+    out.mkdir()
+    env = {"OTEL_PYTHON_GYM_LINK_DIR": str(links)}
+    dispatched = dispatches(shard(out, 0, range(0, 2), **env) + shard(out, 1, range(2, 4), **env))
+    assert not (out / FOLDER).exists() and glob.glob(str(links / f"*{SUFFIX}"))
+    paths = sorted(str(p) for p in out.glob("rollouts-rs*.jsonl"))
+    verdicts, spans, _ = run("health", {"paths": paths}, **env)
+    assert_children(healths(spans), dispatched, verdicts)
+
+
+def test_links_turned_off_persist_nothing_and_find_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    shard(out, 0, range(0, 2), OTEL_PYTHON_GYM_LINK_FILES="false")
+    assert not (out / FOLDER).exists()
+    traced = dispatches(shard(out, 1, range(2, 3)))
+    paths = [str(out / "rollouts-rs0-chunk0.jsonl"), str(out / "rollouts-rs1-chunk0.jsonl")]
+    _, spans, _ = run("health", {"paths": paths}, OTEL_PYTHON_GYM_LINK_FILES="false")
+    assert not healths(spans)
+    # Links on again: only the rollouts dispatched with them get a span, and no verdict an orphan.
+    verdicts, spans, _ = run("health", {"paths": paths})
+    assert len(verdicts["rollouts"]) == 6
+    assert_children(healths(spans), traced, {"rollouts": [d for d in verdicts["rollouts"] if d["task_index"] == 2]})
+    assert all(span["parent"] is not None for span in healths(spans))
+
+
+def test_another_run_with_colliding_ids_is_never_a_parent(tmp_path: Path) -> None:
+    """Two runs, both from task 0, in one folder and in one named links folder: each finds its own."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run_a = dispatches(run("collect", {"output_jsonl_fpath": str(out / "a.jsonl"), "rows": rows(range(2))})[1])
+    run_b = dispatches(run("collect", {"output_jsonl_fpath": str(out / "b.jsonl"), "rows": rows(range(2))})[1])
+    verdicts, spans, _ = run("health", {"paths": str(out / "a.jsonl")})
+    assert_children(healths(spans), run_a, verdicts)
+    verdicts, spans, _ = run("health", {"paths": str(out / "b.jsonl")})
+    assert_children(healths(spans), run_b, verdicts)
+
+    shared = {"OTEL_PYTHON_GYM_LINK_DIR": str(tmp_path / "links")}
+    (tmp_path / "c").mkdir()
+    (tmp_path / "d").mkdir()
+    run_c = dispatches(run("collect", {"output_jsonl_fpath": str(tmp_path / "c/r.jsonl"), "rows": rows(range(2))}, **shared)[1])
+    run("collect", {"output_jsonl_fpath": str(tmp_path / "d/r.jsonl"), "rows": rows(range(2))}, **shared)
+    verdicts, spans, _ = run("health", {"paths": str(tmp_path / "c/r.jsonl")}, **shared)
+    assert_children(healths(spans), run_c, verdicts)
+
+
+# -- bad input: a clear log line, no crash, no wrong parent, the health function's result unchanged --
+
+
+def test_bad_links_files_are_skipped_with_a_log_line(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    dispatched = dispatches(shard(out, 0, range(0, 3)))
+    folder = out / FOLDER
+    (written,) = folder.glob(f"*{SUFFIX}")
+    lines = written.read_bytes().splitlines(keepends=True)
+    header, entries = lines[0], lines[1:]
+    # Corrupt a line, tear the last one (a process killed mid-write), add foreign and empty files.
+    broken = out / FOLDER / f"rollouts-rs0-chunk0.jsonl.other{SUFFIX}"
+    broken.write_bytes(header.replace(b'"started_ns": ', b'"started_ns": 1') + b"zz not a link\n" + entries[0][:20])
+    (folder / f"foreign{SUFFIX}").write_text("just some text\n")
+    (folder / f"empty{SUFFIX}").write_text("")
+    (folder / f"binary{SUFFIX}").write_bytes(b"\xff\xfe\x00garbage")
+    shard_file = out / "rollouts-rs0-chunk0.jsonl"
+    direct = run_pipeline.run_health_checks(shard_file)
+    verdicts, spans, stderr = run("health", {"paths": str(shard_file)})
+    assert verdicts == direct  # the health function's result unchanged
+    assert_children(healths(spans), dispatched, verdicts)  # the good file still links every rollout
+    assert "torn line" in stderr and "unreadable lines" in stderr and "not a dispatch links file" in stderr
+
+
+def test_a_missing_folder_or_file_finds_nothing_and_raises_nothing(tmp_path: Path, caplog: Any) -> None:
+    files = LinkFiles(str(tmp_path / "nowhere"))
+    assert list(files.lookup([str(tmp_path / "rollouts.jsonl")], [(None, 0, 0), ("0-1", 0, 1)])) == [None, None]
+
+
+def test_two_processes_writing_into_one_folder_keep_their_lines_whole(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    config = {"output_jsonl_fpath": str(out / "rollouts.jsonl"), "rows": rows(range(300), repeats=4)}
+    argv = [sys.executable, "-m", "tests.crossprocess.links_main", "collect", json.dumps(config)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first, second = (subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL) for _ in range(2))
+    assert first.wait() == 0 and second.wait() == 0
+    files = sorted((out / FOLDER).glob(f"*{SUFFIX}"))
+    assert len(files) == 2  # one file per process: no interleaved lines
+    for path in files:
+        lines = path.read_text().splitlines()
+        assert len(lines) == 1 + 1200 and all(len(line.split()) == 7 for line in lines[1:])
+    # The later writer's dispatches win, as a later attempt does in memory; each rollout once.
+    found = list(LinkFiles(None).lookup([str(out / "rollouts.jsonl")], [(None, t, r) for t in range(300) for r in range(4)]))
+    assert all(link is not None for link in found)
+
+
+def test_the_latest_writer_wins_and_each_dispatch_is_found_once(tmp_path: Path) -> None:
+    files = LinkFiles(None)
+    output = str(tmp_path / "rollouts.jsonl")
+    first, retry = span_context(1, 1, True), span_context(2, 2, True)
+    files.persist(first, RolloutIdentity(None, 0, 0, None, "0-0"), output)
+    files.close()
+    later = LinkFiles(None)
+    later.persist(retry, RolloutIdentity(None, 0, 0, 1, "0-0-a1"), output)
+    later.close()
+    reader = LinkFiles(None)
+    (link,) = reader.lookup([output], [("0-0", 0, 0)])  # (a new pass: the files are read again)
+    assert link is not None and link.span_context.trace_id == 2 and link.rollout_id == "0-0-a1"
+    assert list(reader.lookup([output], [("0-0", 0, 0), ("0-0", 0, 0)]))[1] is None  # once per pass
+
+
+def test_a_read_is_bounded_by_the_link_capacity(tmp_path: Path, caplog: Any) -> None:
+    output = str(tmp_path / "rollouts.jsonl")
+    writer = LinkFiles(None)
+    for task in range(2000):
+        writer.persist(span_context(task + 1, task + 1, True), RolloutIdentity(None, task, 0, None, f"{task}-0"), output)
+    writer.close()
+    with caplog.at_level(logging.WARNING):
+        found = list(LinkFiles(None, capacity=1000).lookup([output], [(None, task, 0) for task in range(2000)]))
+    assert sum(link is not None for link in found) == 1000 and found[-1] is not None
+    assert "link capacity" in caplog.text
+
+
+def test_in_the_dispatching_process_a_pass_reads_memory_and_a_second_adds_nothing(
+    tmp_path: Path, instrument: Any, telemetry: Any
+) -> None:
+    import asyncio
+
+    from gym_instrument import GymInstrumentor, Target
+
+    pipeline = "tests.crossprocess.run_pipeline"
+    instrument(
+        targets=[
+            Target(f"{pipeline}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
+            f"{pipeline}:RolloutCollectionHelper.run_from_config=run",
+            f"{pipeline}:run_health_checks=health",
+        ]
+    )
+    output = tmp_path / "rollouts.jsonl"
+    asyncio.run(
+        run_pipeline.RolloutCollectionHelper().run_from_config({"output_jsonl_fpath": str(output), "rows": rows(range(3))})
+    )
+    verdicts = run_pipeline.run_health_checks(output)
+    run_pipeline.run_health_checks(output)  # the same process, again: its own links are not read back
+    GymInstrumentor().uninstrument()  # (what is queued is written)
+    health = telemetry.spans(semconv.SPAN_HEALTH)
+    assert sorted(span.attributes[semconv.ROLLOUT_ID] for span in health) == sorted(d["rollout_id"] for d in verdicts["rollouts"])
+    assert glob.glob(str(tmp_path / FOLDER / f"*{SUFFIX}"))  # persisted all the same, for other processes
+
+
+def test_a_duplicate_verdict_of_a_rollout_found_in_memory_does_not_find_an_older_process_s_dispatch(
+    tmp_path: Path, instrument: Any, telemetry: Any
+) -> None:
+    """A resumed run: an earlier process's links name the same rollouts; the health pass lists one twice."""
+    import asyncio
+
+    from gym_instrument import Target
+
+    output = tmp_path / "rollouts.jsonl"
+    earlier = LinkFiles(None)
+    for rollout in range(2):
+        earlier.persist(span_context(7, 7 + rollout, True), RolloutIdentity(None, 0, rollout, None, f"0-{rollout}"), str(output))
+    earlier.close()
+    print("EARLIER", list((tmp_path / ".gym-links").iterdir()))
+    pipeline = "tests.crossprocess.run_pipeline"
+    instrument(
+        targets=[
+            Target(f"{pipeline}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
+            f"{pipeline}:RolloutCollectionHelper.run_from_config=run",
+            f"{pipeline}:run_health_checks=health",
+        ]
+    )
+    asyncio.run(
+        run_pipeline.RolloutCollectionHelper().run_from_config({"output_jsonl_fpath": str(output), "rows": rows(range(1))})
+    )
+    with output.open("a") as rollouts:
+        rollouts.write(output.read_text().splitlines()[0] + "\n")  # rollout 0-0 listed twice
+    run_pipeline.run_health_checks(output)
+    dispatched = {span.context.span_id for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    health = telemetry.spans(semconv.SPAN_HEALTH)
+    assert sorted(span.attributes[semconv.ROLLOUT_ID] for span in health) == ["0-0", "0-1"]
+    assert all(span.parent.span_id in dispatched for span in health)
+
+
+def test_nemo_gym_schema_reads_a_run_s_output_and_the_shards_an_aggregation_merges(tmp_path: Path) -> None:
+    from gym_instrument.frameworks.nemo_gym.schema import SCHEMA
+
+    for name in (
+        "rollouts-rs0-chunk0",
+        "rollouts-rs0-chunk0_failures",
+        "rollouts-rs0-chunk0_materialized_inputs",
+        "rollouts-rs1-chunk0",
+    ):
+        (tmp_path / f"{name}.jsonl").write_text("")
+    output = str(tmp_path / "rollouts.jsonl")
+    assert SCHEMA.run_files({"output_jsonl_fpath": output, "num_repeats": 2}) == (output, [])
+    glob_ = f"{tmp_path}/rollouts-rs*.jsonl, {tmp_path}/rollouts-rs0*.jsonl"
+    shards = [str(tmp_path / "rollouts-rs0-chunk0.jsonl"), str(tmp_path / "rollouts-rs1-chunk0.jsonl")]
+    assert SCHEMA.run_files({"output_jsonl_fpath": output, "input_glob": glob_}) == (output, shards)
+    assert SCHEMA.run_files({"output_jsonl_fpath": output, "input_glob": glob_, "merge_shards": False}) == (output, [])
+    assert SCHEMA.run_files({"input_glob": glob_}) == (None, [])
+    assert SCHEMA.run_files(None) == (None, [])
+
+
+def test_the_nemo_gym_preset_names_the_runs_of_collection_and_aggregation() -> None:
+    from gym_instrument.frameworks.nemo_gym.preset import PRESET
+
+    runs = {target["path"] for target in PRESET["targets"] if target["role"] == "run"}
+    assert runs == {
+        "nemo_gym.rollout_collection:RolloutCollectionHelper.run_from_config",
+        "nemo_gym.rollout_collection:RolloutAggregationHelper.run_from_config",
+    }
+
+
+def test_a_process_killed_mid_run_leaves_whole_lines_that_a_health_pass_reads(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    output = out / "rollouts.jsonl"
+    config = {"output_jsonl_fpath": str(output), "rows": rows(range(2000), repeats=2), "sleep": 1.5}
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_PYTHON_GYM_")}
+    environ["PYTHONPATH"] = str(REPO)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    argv = [sys.executable, "-m", "tests.crossprocess.links_main", "collect-then-killed", f"@{tmp_path / 'config.json'}"]
+    killed = subprocess.run(argv, cwd=REPO, env=environ, capture_output=True, text=True, check=False)
+    assert killed.returncode == -9
+    (written,) = (out / FOLDER).glob(f"*{SUFFIX}")
+    data = written.read_bytes()
+    assert data.endswith(b"\n") and all(len(line.split()) == 7 for line in data.splitlines()[1:])
+    persisted = len(data.splitlines()) - 1
+    assert persisted > 0  # the writer thread wrote while the run went on
+    verdicts, spans, _ = run("health", {"paths": str(output)})
+    assert len(verdicts["rollouts"]) == 4000 and len(healths(spans)) == persisted
+    assert all(span["parent"] is not None for span in healths(spans))
+
+
+def test_dispatches_of_an_unknown_output_are_persisted_only_in_a_named_folder(tmp_path: Path) -> None:
+    """A framework whose output the schema does not know: nothing beside anything, all in the folder."""
+    nowhere = LinkFiles(None)
+    nowhere.persist(span_context(1, 1, True), RolloutIdentity(None, 0, 0, None, None), None)
+    nowhere.close()
+    assert not list(tmp_path.iterdir())
+    named = LinkFiles(str(tmp_path / "links"))
+    named.persist(span_context(2, 2, True), RolloutIdentity(None, 0, 0, None, None), None)
+    named.close()
+    (link,) = LinkFiles(str(tmp_path / "links")).lookup([str(tmp_path / "any" / "rollouts.jsonl")], [(None, 0, 0)])
+    assert link is not None and link.span_context.span_id == 2
+
+
+def test_a_long_read_reports_its_progress(tmp_path: Path, caplog: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gym_instrument.link import files as link_files
+
+    monkeypatch.setattr(link_files, "_PROGRESS_BYTES", 1000)  # a "long" read: more than 1,000 bytes
+    output = str(tmp_path / "rollouts.jsonl")
+    writer = LinkFiles(None)
+    for task in range(100):
+        writer.persist(span_context(task + 1, task + 1, True), RolloutIdentity(None, task, 0, None, None), output)
+    writer.close()
+    with caplog.at_level(logging.INFO, logger="gym_instrument.link.files"):
+        found = list(LinkFiles(None).lookup([output], [(None, task, 0) for task in range(100)]))
+    assert all(found)
+    assert "reading dispatch links: 100%" in caplog.text and "reading dispatch links: 50%" in caplog.text
