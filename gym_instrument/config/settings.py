@@ -59,6 +59,12 @@ def parse_targets(value: str | Iterable[str | Mapping[str, Any] | Target]) -> tu
     return tuple(parse_target(item) for item in items)
 
 
+def _config_entry(item: Any) -> Target:
+    """A target of ``OTEL_PYTHON_GYM_CONFIG``, read leniently: a bad rule is logged and dropped, the
+    target keeps its other rules (a problem with the target itself skips it, logged by the caller)."""
+    return target_from_mapping(item, skip=lambda message: _LOG.error("gym_instrument: %s: %s", ENV_CONFIG, message))
+
+
 def parse_presets(value: str | Iterable[str]) -> tuple[str, ...]:
     names = _split(value) if isinstance(value, str) else [str(name).strip() for name in value]
     if [name.lower() for name in names] == ["none"] or not names:
@@ -216,7 +222,7 @@ class GymConfig:
         metadata=_declare(
             ENV_CONFIG,
             parse_config,
-            entry=target_from_mapping,
+            entry=_config_entry,
             entries=target_entries,
             check=_checked_target,
             combine=_more_targets,
