@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from gym_instrument.schema.fields import MISSING, field, is_a
@@ -159,8 +159,8 @@ def read_attribute(value: Any, name: str) -> Any:
 
 
 def read_item(value: Any, index: int) -> Any:
-    """Item ``index`` of a list or tuple (negative from the end), else MISSING."""
-    if not is_a(value, (list, tuple)):
+    """Item ``index`` of a list, a tuple or another sequence (not a string; negative from the end), else MISSING."""
+    if not is_a(value, (list, tuple)) and (not is_a(value, Sequence) or is_a(value, (str, bytes, bytearray))):
         return MISSING
     try:
         return value[index] if -len(value) <= index < len(value) else MISSING
