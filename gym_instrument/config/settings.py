@@ -35,6 +35,9 @@ ENV_LINK_CAPACITY = "OTEL_PYTHON_GYM_LINK_CAPACITY"
 ENV_BAGGAGE = "OTEL_PYTHON_GYM_BAGGAGE"
 ENV_JOB_CONTEXT = "OTEL_PYTHON_GYM_JOB_CONTEXT"
 ENV_CONFIG = "OTEL_PYTHON_GYM_CONFIG"
+# Not an instrument() setting: the file the gym_json_file exporters write to (tools.export), read
+# when the SDK builds them (with no arguments).
+ENV_JSON_FILE = "OTEL_PYTHON_GYM_JSON_FILE"
 
 # Every shipped preset: each is armed only when its framework's module is imported (a post-import
 # hook), so a process without that framework pays nothing for it.
