@@ -546,3 +546,14 @@ def test_a_path_that_never_resolves_is_logged_once_with_target_rule_and_path(
     assert f"target '{loop}:sample_end': end" in message
     assert "'nemo.gym.rollout.reward'" in message
     assert "'row.scores.numm.value' (resolves up to 'row.scores')" in message
+
+
+def test_the_docs_example_of_the_new_rules_parses_into_what_it_says() -> None:
+    page = (Path(__file__).parents[1] / "docs" / "your-own-framework.md").read_text()
+    section = page.split("### Letters, counts from 1, unknown keys, errors as data", 1)[1]
+    (target,) = parse_config(section.split("```toml\n", 1)[1].split("```", 1)[0])
+    start, end, failure = target.extractors
+    assert dict(start.rules)[semconv.ROLLOUT_REPEAT].offset == -1
+    reward = dict(end.rules)[semconv.ROLLOUT_REWARD]
+    assert (reward.paths[0].text, reward.value_map, reward.default) == ("result.scores.*.value", {"C": 1.0, "I": 0.0}, 0.0)
+    assert failure.when.text == "result.error" and [path.text for path in failure.error_type] == ["result.error.kind"]
