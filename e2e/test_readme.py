@@ -245,7 +245,7 @@ def test_two_commands_leave_the_demo_and_pass_the_tests(ran: Ran) -> None:
 
 
 def test_the_quick_start_writes_the_spans_to_a_file_with_no_collector(ran: Ran) -> None:
-    block = ran.block("README.md", "> out/spans.jsonl")
+    block = ran.block("README.md", "OTEL_PYTHON_GYM_JSON_FILE=out/spans.jsonl")
     assert PIPELINE_TARGETS in block.code
     trouble = [line for line in block.output.splitlines() if any(words in line for words in EXPORT_TROUBLE)]
     assert not trouble, "\n".join(trouble)

@@ -40,7 +40,7 @@ On code you own, the same roles as decorators::
 Arguments of ``instrument()``: ``tracer_provider``, ``meter_provider``, ``targets`` (Target
 objects, ``"module:Qualified.name=role"`` strings or mappings of the declarative form, on top of
 the presets), ``config`` (targets in the declarative form: a TOML or JSON file, its text, or a
-mapping; see ``gym_instrument.config.declare``), ``presets`` (default ``["nemo_gym", "verifiers"]``,
+mapping; see ``gym_instrument.config.declare``), ``presets`` (default ``["nemo_gym", "verifiers", "inspect_ai"]``,
 each armed only when its framework is imported; ``"none"`` arms none), ``extractors`` (role -> callables),
 ``replace_default_extractors`` (roles whose defaults your extractors replace), ``link_capacity``
 (dispatch span contexts remembered for their health verdicts, default 1,000,000) and

@@ -16,7 +16,7 @@ from gym_instrument.plan.engine import ENGINE
 def test_defaults() -> None:
     config = GymConfig.resolve({}, environ={})
     # Every shipped preset is armed by default: each only arms a post-import hook for its framework.
-    assert config == GymConfig(targets=(), presets=("nemo_gym", "verifiers"), link_capacity=1_000_000, baggage=True)
+    assert config == GymConfig(targets=(), presets=("nemo_gym", "verifiers", "inspect_ai"), link_capacity=1_000_000, baggage=True)
 
 
 def test_environment_over_defaults() -> None:

@@ -238,6 +238,10 @@ class _Call:
         ("result.a[0].b", _Call(result={"a": [{"b": "x"}]}), "x"),
         ("arg.task.id", _Call(task={"id": "t"}), "t"),
         ("row.items[0]", _Call({"items": "abc"}), "MISSING"),  # a string is not a list here
+        ("row.scores.*.value", _Call({"scores": {"includes": {"value": "C"}}}), "C"),
+        ("row.scores.*.value", _Call({"scores": {"gone": None, "second": {"value": 2}}}), 2),  # the first present
+        ("row.scores.*", _Call({"scores": {}}), "MISSING"),
+        ("row.scores.*", _Call({"scores": [1, 2]}), "MISSING"),  # a list is not a mapping
     ],
 )
 def test_a_path_reads_fields_items_and_properties(path: str, call: Any, expected: Any) -> None:
@@ -250,8 +254,9 @@ def test_a_path_reads_fields_items_and_properties(path: str, call: Any, expected
     [
         ("task.id", "must start with row, arg.NAME, self or result"),
         ("row.__class__", "is not readable"),
-        ("row.a[x]", r"expected .field or \[N\]"),
-        ("row..a", r"expected .field or \[N\]"),
+        ("row.a[x]", r"expected .field, \[N\] or .\*"),
+        ("row..a", r"expected .field, \[N\] or .\*"),
+        ("row.a*", r"expected .field, \[N\] or .\*"),
         ("arg", "must start with"),
     ],
 )
@@ -268,7 +273,13 @@ def test_a_bad_path_is_refused(path: str, message: str) -> None:
         ({"path": "m:f", "role": "dispatch", "rows": "x"}, "target 'm:f': unknown key 'rows'"),
         ({"path": "m:f", "role": "dispatch", "start": {semconv.ROLLOUT_ID: "result.id"}}, "start: 'nemo.gym.rollout.id'"),
         ({"path": "m:f", "role": "dispatch", "end": {"a": 3}}, "end: 'a': expected a path"),
-        ({"path": "m:f", "role": "dispatch", "failure": {"when": "result.ok"}}, "failure: needs when"),
+        ({"path": "m:f", "role": "dispatch", "failure": {"equals": 1}}, "failure: needs when"),
+        ({"path": "m:f", "role": "dispatch", "end": {"a": {"paths": "row.x"}}}, "end: 'a': unknown key 'paths'"),
+        ({"path": "m:f", "role": "dispatch", "end": {"a": {"map": {"C": 1}}}}, "end: 'a': a rule table needs path"),
+        ({"path": "m:f", "role": "dispatch", "end": {"a": {"path": "row.x", "map": {"C": [1]}}}}, "end: 'a': map: 'C'"),
+        ({"path": "m:f", "role": "dispatch", "end": {"a": {"path": "row.x", "default": 0}}}, "end: 'a': default: .* no map"),
+        ({"path": "m:f", "role": "dispatch", "end": {"a": {"path": "row.x", "offset": 1.5}}}, "offset: expected an int"),
+        ({"path": "m:f", "role": "dispatch", "end": {"a": {"path": "row.x", "offset": True}}}, "offset: expected an int"),
         ({"path": "m:f", "role": "dispatch", "failure": {"when": "result.ok", "equals": [1]}}, "failure: equals"),
         ({"path": "m:f", "role": "dispatch", "when": {"url": ["x"]}}, "when: url"),
         ({"path": "m:f", "role": "dispatch", "extractors": ["no_such_module_x:f"]}, "extractors: cannot import"),
@@ -317,17 +328,35 @@ def test_one_form_from_code_file_and_text(tmp_path: Path) -> None:
     assert (target.path, target.role, target.row_arg) == ("my_loop.run:Runner.run_episode", "dispatch", "task")
 
 
-def test_the_environment_logs_a_bad_entry_by_variable_and_key_and_applies_the_others(caplog: pytest.LogCaptureFixture) -> None:
-    text = TOML + '\n[[targets]]\npath = "my_loop.run:score"\nrole = "verify"\nend = { "nemo.gym.rollout.reward" = "score" }\n'
+def test_the_environment_logs_a_bad_rule_by_variable_and_key_and_keeps_its_target(caplog: pytest.LogCaptureFixture) -> None:
+    text = (
+        TOML
+        + '\n[[targets]]\npath = "my_loop.run:score"\nrole = "verify"\n'
+        + 'end = { "nemo.gym.rollout.reward" = "score", "my.kept" = "row.kept" }\n'
+        + '\n[[targets]]\npath = "my_loop.run:judge"\nrole = "judge"\n'
+    )
     with caplog.at_level(logging.ERROR, logger="gym_instrument"):
         config = GymConfig.resolve({}, environ={"OTEL_PYTHON_GYM_CONFIG": text})
-    assert [target.path for target in config.config] == ["my_loop.run:Runner.run_episode"]
-    (record,) = caplog.records
-    assert "OTEL_PYTHON_GYM_CONFIG" in record.getMessage()
-    assert "target 'my_loop.run:score': end: 'nemo.gym.rollout.reward': path 'score'" in record.getMessage()
+    # The bad rule is dropped, not its target; a bad target (an unknown role) is skipped whole.
+    assert [target.path for target in config.config] == ["my_loop.run:Runner.run_episode", "my_loop.run:score"]
+    (kept,) = config.config[1].extractors
+    assert [name for name, _ in kept.rules] == ["my.kept"]
+    rule, target = caplog.records
+    assert "OTEL_PYTHON_GYM_CONFIG" in rule.getMessage()
+    assert "target 'my_loop.run:score': end: 'nemo.gym.rollout.reward': path 'score'" in rule.getMessage()
+    assert "this rule is dropped" in rule.getMessage()
+    assert "unknown role 'judge'" in target.getMessage()
     # The same entry in code: the same message, as a ValueError.
     with pytest.raises(ValueError, match=r"target 'my_loop.run:score': end: 'nemo.gym.rollout.reward': path 'score'"):
         GymConfig.resolve({"config": text})
+
+
+def test_a_bad_failure_rule_from_the_environment_drops_that_rule_only(caplog: pytest.LogCaptureFixture) -> None:
+    entry = '[[targets]]\npath = "m:f"\nrole = "dispatch"\nstart = { "nemo.gym.task.id" = "row.id" }\nfailure = { when = "ok" }\n'
+    with caplog.at_level(logging.ERROR, logger="gym_instrument"):
+        (target,) = GymConfig.resolve({}, environ={"OTEL_PYTHON_GYM_CONFIG": entry}).config
+    assert len(target.extractors) == 1  # the start rules
+    assert "target 'm:f': failure: when: path 'ok'" in caplog.text
 
 
 def test_an_unreadable_config_is_logged_and_the_application_runs(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
@@ -385,3 +414,146 @@ def test_the_verify_role_takes_no_baggage_from_a_start_extractor(loop: str, inst
     asyncio.run(module.score(module.Episode(id="e")))
     (span,) = telemetry.spans(semconv.SPAN_VERIFY)
     assert span.attributes[semconv.ROLLOUT_ID] == "verify-own"
+
+
+# -- what a framework like inspect-ai needs: letters, 1-based counts, unknown keys, errors as data --
+
+SAMPLES = """
+class Runner:
+    async def run_sample(self, sample, *, epoch, sample_uuid):
+        await sample_end(sample)
+        return sample
+
+
+async def sample_end(sample):
+    return None
+"""
+
+SAMPLE_DISPATCH = {
+    "role": "dispatch",
+    "row": "sample",
+    "schema": "generic",
+    "start": {
+        semconv.TASK_ID: "row.id",
+        semconv.ROLLOUT_REPEAT: {"path": "arg.epoch", "offset": -1},
+        semconv.ROLLOUT_ID: "arg.sample_uuid",
+    },
+    "failure": {"when": "result.error", "error_type": "result.error_kind"},
+}
+SAMPLE_END = {
+    "role": "verify",
+    "row": "sample",
+    "schema": "generic",
+    "end": {
+        semconv.ROLLOUT_REWARD: {
+            "path": "row.scores.*.value",
+            "map": {"C": 1.0, "I": 0.0, "P": 0.5, "true": 1.0, "false": 0.0},
+        }
+    },
+}
+
+
+def _run_samples(module: Any, *samples: tuple[dict[str, Any], int]) -> list[Any]:
+    import asyncio
+
+    async def main() -> list[Any]:
+        runner = module.Runner()
+        return [await runner.run_sample(sample, epoch=epoch, sample_uuid=f"u{i}") for i, (sample, epoch) in enumerate(samples)]
+
+    return asyncio.run(main())
+
+
+def test_a_value_map_an_offset_and_the_first_value_of_a_mapping(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    loop = make_module(SAMPLES)
+    targets = [{"path": f"{loop}:Runner.run_sample", **SAMPLE_DISPATCH}, {"path": f"{loop}:sample_end", **SAMPLE_END}]
+    instrument(config={"targets": targets})
+    module = importlib.import_module(loop)
+    samples = [
+        ({"id": "a", "scores": {"includes": {"value": "C"}}}, 1),
+        ({"id": "b", "scores": {"match": {"value": "I"}}}, 2),
+        ({"id": "c", "scores": {"model_graded": {"value": "P"}}}, 1),
+        ({"id": "d", "scores": {"exact": {"value": 0.25}}}, 1),  # a number is kept
+        ({"id": "e", "scores": {"flag": {"value": True}}}, 1),  # a bool is looked up as "true"
+        ({"id": "f", "scores": {"odd": {"value": "X"}}}, 1),  # not in the map, no default: no reward
+    ]
+    returned = _run_samples(module, *samples)
+    assert returned == [sample for sample, _ in samples]
+    dispatches = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert [(s.attributes[semconv.TASK_ID], s.attributes[semconv.ROLLOUT_REPEAT]) for s in dispatches] == [
+        ("a", 0),
+        ("b", 1),
+        ("c", 0),
+        ("d", 0),
+        ("e", 0),
+        ("f", 0),
+    ]
+    verifies = telemetry.spans(semconv.SPAN_VERIFY)
+    rewards = [(s.attributes[semconv.ROLLOUT_ID], s.attributes.get(semconv.ROLLOUT_REWARD)) for s in verifies]
+    assert rewards == [("u0", 1.0), ("u1", 0.0), ("u2", 0.5), ("u3", 0.25), ("u4", 1.0), ("u5", None)]
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == 5
+
+
+def test_a_value_map_default_takes_every_other_string(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    loop = make_module(SAMPLES)
+    end = {semconv.ROLLOUT_REWARD: {"path": "row.scores.*.value", "map": {"C": 1.0}, "default": 0.0}}
+    instrument(config={"targets": [{"path": f"{loop}:sample_end", **SAMPLE_END, "end": end}]})
+    module = importlib.import_module(loop)
+    _run_samples(module, ({"scores": {"s": {"value": "C"}}}, 1), ({"scores": {"s": {"value": "huh"}}}, 1))
+    assert [s.attributes.get(semconv.ROLLOUT_REWARD) for s in telemetry.spans(semconv.SPAN_VERIFY)] == [1.0, 0.0]
+
+
+def test_a_failure_rule_without_equals_fires_when_its_path_is_present(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    loop = make_module(SAMPLES)
+    instrument(config={"targets": [{"path": f"{loop}:Runner.run_sample", **SAMPLE_DISPATCH}]})
+    module = importlib.import_module(loop)
+    _run_samples(
+        module,
+        ({"id": "fine", "error": None}, 1),
+        ({"id": "typed", "error": {"message": "boom"}, "error_kind": "ValueError"}, 1),
+        ({"id": "untyped", "error": "it broke"}, 1),
+        ({"id": "absent"}, 1),
+    )
+    spans = {span.attributes[semconv.TASK_ID]: span for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    assert spans["fine"].status.status_code is StatusCode.UNSET
+    assert spans["absent"].status.status_code is StatusCode.UNSET
+    assert spans["typed"].status.status_code is StatusCode.ERROR
+    assert spans["typed"].attributes[semconv.ERROR_TYPE] == "ValueError"
+    assert spans["untyped"].attributes[semconv.ERROR_TYPE] == semconv.ERROR_TYPE_OTHER
+
+
+def test_a_path_that_never_resolves_is_logged_once_with_target_rule_and_path(
+    make_module: Any, instrument: Any, telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gym_instrument.schema.declared import WATCHED_CALLS
+
+    loop = make_module(SAMPLES)
+    end = {
+        semconv.ROLLOUT_REWARD: "row.scores.numm.value",  # misspelled
+        "my.present": "row.id",
+        "my.sometimes": "row.rare",  # resolves on one call only: not reported
+    }
+    instrument(config={"targets": [{"path": f"{loop}:sample_end", **SAMPLE_END, "end": end}]})
+    module = importlib.import_module(loop)
+    samples = [({"id": str(i), "scores": {"num": {"value": 1}}}, 1) for i in range(WATCHED_CALLS * 2)]
+    samples[3][0]["rare"] = "x"
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        _run_samples(module, *samples[: WATCHED_CALLS - 1])
+        assert caplog.records == []  # not before the last watched call
+        _run_samples(module, *samples[WATCHED_CALLS - 1 :])
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert record.levelno == logging.WARNING
+    assert f"target '{loop}:sample_end': end" in message
+    assert "'nemo.gym.rollout.reward'" in message
+    assert "'row.scores.numm.value' (resolves up to 'row.scores')" in message
+
+
+def test_the_docs_example_of_the_new_rules_parses_into_what_it_says() -> None:
+    page = (Path(__file__).parents[1] / "docs" / "your-own-framework.md").read_text()
+    section = page.split("### Letters, counts from 1, unknown keys, errors as data", 1)[1]
+    (target,) = parse_config(section.split("```toml\n", 1)[1].split("```", 1)[0])
+    start, end, failure = target.extractors
+    assert dict(start.rules)[semconv.ROLLOUT_REPEAT].offset == -1
+    reward = dict(end.rules)[semconv.ROLLOUT_REWARD]
+    assert (reward.paths[0].text, reward.value_map, reward.default) == ("result.scores.*.value", {"C": 1.0, "I": 0.0}, 0.0)
+    assert failure.when.text == "result.error" and [path.text for path in failure.error_type] == ["result.error.kind"]

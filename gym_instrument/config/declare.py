@@ -20,16 +20,25 @@ A target is a mapping (a TOML table, a JSON object, a Python dict)::
 
     [targets.end]                                  # attributes after the call
     "nemo.gym.rollout.id" = "result.attempts[-1].uid"
+    "nemo.gym.rollout.reward" = { path = "result.scores.*.value", map = { C = 1.0, I = 0.0 } }
+    "nemo.gym.rollout.repeat" = { path = "arg.epoch", offset = -1 }
 
     [targets.failure]                              # a failure that comes back as data
     when = "result.ok"                             # this path ...
     equals = false                                 # ... has this value (same type): the call failed
     error_type = ["result.failures[-1].kind"]      # error.type: the first path with a value, else "_OTHER"
+    # (without equals: the call failed when the path is present and not None, e.g. when = "result.error")
 
 A **path** (e.g. ``result.attempts[-1].uid``) is ``row``, ``arg.NAME``, ``self`` or ``result``
 (``end`` and ``failure`` only), then any number of ``.field`` (a mapping key, a pydantic field
-or extra, an attribute or a property; never a name that starts with ``__``) and ``[N]`` (an item
-of a list or tuple, negative from the end). Nothing is evaluated: a path that does not resolve is simply absent.
+or extra, an attribute or a property; never a name that starts with ``__``), ``[N]`` (an item
+of a list or tuple, negative from the end) and ``.*`` (the first value of a mapping that is not
+None). Nothing is evaluated: a path that does not resolve is simply absent.
+
+A rule is a path, a list of paths (the first that has a value), or a table with ``path`` (either)
+and optionally ``map`` (a table of string -> value: a string value, or a bool as ``true``/``false``,
+found in it is replaced, one not found becomes ``default`` when given), ``default`` and ``offset``
+(an integer added to an int value: ``-1`` for a count from 1).
 
 Known attribute names (``nemo.gym.*``, ``error.type``) are converted by SPEC's rules: a task id
 is rendered like a row's, indices must be ints >= 0, a reward must be a finite number, ids must
@@ -38,8 +47,10 @@ extractors, so they follow the extractor return convention (``gym_instrument.sch
 ``nemo.gym.rollout.id`` at the start is the rollout id (span attribute and baggage), an
 ``error.type`` at the end marks the call failed.
 
-Every problem raises ``ValueError`` naming the target and the key; the environment's reader
-(``config.settings``) logs it with the variable's name and skips that target.
+Every problem raises ``ValueError`` naming the target and the key. Read leniently (``skip=``, as
+the environment's reader in ``config.settings`` does), a bad rule of ``start``, ``end`` or
+``failure`` is reported and dropped and the target keeps its other rules; any other problem
+skips the target.
 """
 
 from __future__ import annotations
@@ -53,7 +64,8 @@ from typing import Any
 
 from gym_instrument.frameworks import FRAMEWORKS
 from gym_instrument.schema.base import GENERIC, RolloutSchema
-from gym_instrument.schema.declared import AtStart, AttributeRules, FailureRule
+from gym_instrument.schema.declared import PRESENT, AtStart, AttributeRules, FailureRule, ValueRule
+from gym_instrument.schema.fields import MISSING
 from gym_instrument.schema.paths import FieldPath
 from gym_instrument.target.target import Target
 
@@ -73,7 +85,12 @@ TARGET_KEYS = (
     "failure",
 )
 FAILURE_KEYS = ("when", "equals", "error_type")
+RULE_KEYS = ("path", "map", "default", "offset")
+# What a rule's map and default may hold: the values a TOML or JSON file can give.
+_SCALARS = (str, bool, int, float)
 DOCUMENT_KEYS = ("targets",)
+
+Skip = Callable[[str], None]  # told the message of a rule that is dropped (lenient reading)
 
 _IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -118,18 +135,51 @@ def _paths(value: Any, allow_result: bool) -> tuple[FieldPath, ...]:
     return paths
 
 
-def _rules(value: Any, allow_result: bool) -> AttributeRules:
+def _value_rule(value: Any, allow_result: bool) -> ValueRule:
+    if not isinstance(value, Mapping):
+        return ValueRule(_paths(value, allow_result))
+    unknown = [key for key in value if key not in RULE_KEYS]
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(RULE_KEYS)}")
+    if "path" not in value:
+        raise ValueError("a rule table needs path (a path or a list of paths)")
+    paths = _paths(value["path"], allow_result)
+    value_map = value.get("map")
+    if value_map is not None:
+        if not isinstance(value_map, Mapping) or not value_map:
+            raise ValueError(f"map: expected a table of string = value, got {value_map!r}")
+        for key, mapped in value_map.items():
+            if not isinstance(key, str) or type(mapped) not in _SCALARS:
+                raise ValueError(f"map: {key!r} = {mapped!r}: expected a string key and a string, bool or number")
+        value_map = dict(value_map)
+    default = value.get("default", MISSING)
+    if default is not MISSING and type(default) not in _SCALARS:
+        raise ValueError(f"default: expected a string, bool or number, got {default!r}")
+    if default is not MISSING and value_map is None:
+        raise ValueError("default: applies to map (a value not in it); there is no map")
+    offset = value.get("offset", 0)
+    if type(offset) is not int:
+        raise ValueError(f"offset: expected an integer, got {offset!r}")
+    return ValueRule(paths, value_map, default, offset)
+
+
+def _rules(value: Any, allow_result: bool, where: str, skip: Skip | None) -> AttributeRules | None:
     if not isinstance(value, Mapping) or not value:
         raise ValueError("expected a table of attribute = path(s)")
     rules = []
-    for attribute, paths in value.items():
-        if not isinstance(attribute, str) or not attribute:
-            raise ValueError(f"attribute name {attribute!r}: expected a non-empty string")
+    for attribute, rule in value.items():
         try:
-            rules.append((attribute, _paths(paths, allow_result)))
+            if not isinstance(attribute, str) or not attribute:
+                raise ValueError(f"attribute name {attribute!r}: expected a non-empty string")
+            try:
+                rules.append((attribute, _value_rule(rule, allow_result)))
+            except ValueError as error:
+                raise ValueError(f"{attribute!r}: {error}") from None
         except ValueError as error:
-            raise ValueError(f"{attribute!r}: {error}") from None
-    return AttributeRules(tuple(rules), at_start=not allow_result)
+            if skip is None:
+                raise
+            skip(f"{where}: {error}; this rule is dropped, the target's other rules apply")
+    return AttributeRules(tuple(rules), at_start=not allow_result, where=where) if rules else None
 
 
 def _failure(value: Any) -> FailureRule:
@@ -138,10 +188,10 @@ def _failure(value: Any) -> FailureRule:
     unknown = [key for key in value if key not in FAILURE_KEYS]
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(FAILURE_KEYS)}")
-    if "when" not in value or "equals" not in value:
-        raise ValueError("needs when (a path) and equals (the value that means failed)")
-    equals = value["equals"]
-    if type(equals) not in (str, bool, int, float):
+    if "when" not in value:
+        raise ValueError("needs when (a path; with equals, the value that means failed)")
+    equals = value.get("equals", PRESENT)
+    if equals is not PRESENT and type(equals) not in _SCALARS:
         raise ValueError(f"equals: expected a string, bool or number, got {equals!r}")
     try:
         when = FieldPath(value["when"])
@@ -190,8 +240,11 @@ def _text(value: Any) -> str:
     return value.strip()
 
 
-def target_from_mapping(spec: Any) -> Target:
-    """A :class:`~gym_instrument.Target` from its declarative form (see the module); ValueError otherwise."""
+def target_from_mapping(spec: Any, skip: Skip | None = None) -> Target:
+    """A :class:`~gym_instrument.Target` from its declarative form (see the module); ValueError otherwise.
+
+    ``skip``: read leniently: a bad rule of ``start``, ``end`` or ``failure`` is passed to ``skip``
+    (a message naming the target and the key) and dropped, and the target keeps its other rules."""
     if not isinstance(spec, Mapping):
         raise ValueError(f"target {spec!r}: expected a table with path and role")
     path = spec.get("path")
@@ -211,8 +264,8 @@ def target_from_mapping(spec: Any) -> Target:
         "optional": _flag,
         "extractors": lambda value: _extractors(value, at_start=False),
         "start_extractors": lambda value: _extractors(value, at_start=True),
-        "start": lambda value: _rules(value, allow_result=False),
-        "end": lambda value: _rules(value, allow_result=True),
+        "start": lambda value: _rules(value, False, f"{label}: start", skip),
+        "end": lambda value: _rules(value, True, f"{label}: end", skip),
         "failure": _failure,
     }
     read: dict[str, Any] = {}
@@ -221,13 +274,16 @@ def target_from_mapping(spec: Any) -> Target:
             try:
                 read[key] = reader(spec[key])
             except ValueError as error:
-                raise ValueError(f"{label}: {key}: {error}") from None
+                message = f"{label}: {key}: {error}"
+                if skip is None or key not in ("start", "end", "failure"):
+                    raise ValueError(message) from None
+                skip(f"{message}; this rule is dropped, the target's other rules apply")
     # Declared rules run after the user's named extractors; the failure rule last, so it sees them.
     extractors = (
         *read.get("start_extractors", ()),
         *read.get("extractors", ()),
-        *((read["start"],) if "start" in read else ()),
-        *((read["end"],) if "end" in read else ()),
+        *((read["start"],) if read.get("start") is not None else ()),
+        *((read["end"],) if read.get("end") is not None else ()),
         *((read["failure"],) if "failure" in read else ()),
     )
     return Target(

@@ -37,6 +37,9 @@ ENV_JOB_CONTEXT = "OTEL_PYTHON_GYM_JOB_CONTEXT"
 ENV_CONFIG = "OTEL_PYTHON_GYM_CONFIG"
 ENV_LINK_DIR = "OTEL_PYTHON_GYM_LINK_DIR"
 ENV_LINK_FILES = "OTEL_PYTHON_GYM_LINK_FILES"
+# Not an instrument() setting: the file the gym_json_file exporters write to (tools.export), read
+# when the SDK builds them (with no arguments).
+ENV_JSON_FILE = "OTEL_PYTHON_GYM_JSON_FILE"
 
 # Every shipped preset: each is armed only when its framework's module is imported (a post-import
 # hook), so a process without that framework pays nothing for it.
@@ -59,6 +62,12 @@ def parse_target(item: Any) -> Target:
 def parse_targets(value: str | Iterable[str | Mapping[str, Any] | Target]) -> tuple[Target, ...]:
     items = _split(value) if isinstance(value, str) else list(value)
     return tuple(parse_target(item) for item in items)
+
+
+def _config_entry(item: Any) -> Target:
+    """A target of ``OTEL_PYTHON_GYM_CONFIG``, read leniently: a bad rule is logged and dropped, the
+    target keeps its other rules (a problem with the target itself skips it, logged by the caller)."""
+    return target_from_mapping(item, skip=lambda message: _LOG.error("gym_instrument: %s: %s", ENV_CONFIG, message))
 
 
 def parse_presets(value: str | Iterable[str]) -> tuple[str, ...]:
@@ -224,7 +233,7 @@ class GymConfig:
         metadata=_declare(
             ENV_CONFIG,
             parse_config,
-            entry=target_from_mapping,
+            entry=_config_entry,
             entries=target_entries,
             check=_checked_target,
             combine=_more_targets,

@@ -1,17 +1,32 @@
 """Field paths of the declarative form: ``row``, ``arg.NAME``, ``self`` or ``result``, then
-``.field`` and ``[N]`` steps. Nothing is evaluated: a path that does not resolve is MISSING."""
+``.field``, ``[N]`` and ``.*`` steps. Nothing is evaluated: a path that does not resolve is MISSING.
+
+``.*`` is the first value of a mapping that is present (not None), in the mapping's order: a
+score filed under its scorer's name (``row.scores.*.value``) is read without knowing the name."""
 
 from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from gym_instrument.schema.fields import MISSING, field, is_a
 
 _ROOT = re.compile(r"^(row|self|result|arg\.([A-Za-z_]\w*))")
-_STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(-?\d+)\]")
+_STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(-?\d+)\]|\.(\*)")
+
+
+class _FirstValue:
+    """The ``.*`` step (one object, compared by identity)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FIRST_VALUE"
+
+
+FIRST_VALUE: Any = _FirstValue()
 
 
 class CallView(Protocol):
@@ -32,7 +47,7 @@ class CallView(Protocol):
 class FieldPath:
     """A parsed path such as ``result.attempts[-1].failures[-1].kind``; read with :meth:`read`."""
 
-    __slots__ = ("argument", "root", "steps", "text")
+    __slots__ = ("argument", "root", "step_texts", "steps", "text")
 
     def __init__(self, text: str) -> None:
         if not isinstance(text, str):
@@ -40,24 +55,26 @@ class FieldPath:
         match = _ROOT.match(text)
         if match is None:
             raise ValueError(f"path {text!r} must start with row, arg.NAME, self or result")
-        steps: list[str | int] = []
+        steps: list[Any] = []
+        step_texts: list[str] = []
         position = match.end()
         while position < len(text):
             step = _STEP.match(text, position)
             if step is None:
-                raise ValueError(f"path {text!r}: expected .field or [N] at {text[position:]!r}")
-            name, index = step.groups()
+                raise ValueError(f"path {text!r}: expected .field, [N] or .* at {text[position:]!r}")
+            name, index, star = step.groups()
             if name is not None and name.startswith("__"):
                 raise ValueError(f"path {text!r}: {name!r} is not readable (a name starting with __)")
-            steps.append(name if name is not None else int(index))
+            steps.append(name if name is not None else FIRST_VALUE if star else int(index))
+            step_texts.append(step.group(0))
             position = step.end()
         self.text = text
         self.root = match.group(1).partition(".")[0]
         self.argument = match.group(2)
         self.steps = tuple(steps)
+        self.step_texts = tuple(step_texts)
 
-    def read(self, call: CallView) -> Any:
-        """The value at this path for one call, or MISSING."""
+    def _start(self, call: CallView) -> Any:
         root = self.root
         if root == "row":
             value = call.row
@@ -67,11 +84,33 @@ class FieldPath:
             value = call.instance
         else:
             value = call.result
+        return value
+
+    def read(self, call: CallView) -> Any:
+        """The value at this path for one call, or MISSING."""
+        value = self._start(call)
         for step in self.steps:
             if value is MISSING or value is None:
                 return MISSING
-            value = read_item(value, step) if type(step) is int else read_attribute(value, step)  # type: ignore[arg-type]
+            if type(step) is int:
+                value = read_item(value, step)
+            else:
+                value = first_value(value) if step is FIRST_VALUE else read_attribute(value, step)
         return value
+
+    def resolved_part(self, call: CallView) -> str | None:
+        """The longest beginning of this path that resolves for ``call`` (None: not even its root),
+        for a message about a path that does not."""
+        value = self._start(call)
+        if value is MISSING or value is None:
+            return None
+        resolved = self.text[: len(self.text) - sum(map(len, self.step_texts))]
+        for step, text in zip(self.steps, self.step_texts, strict=True):
+            value = _read_step(value, step)
+            if value is MISSING or value is None:
+                break
+            resolved += text
+        return resolved
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FieldPath) and other.text == self.text
@@ -81,6 +120,27 @@ class FieldPath:
 
     def __repr__(self) -> str:
         return f"FieldPath({self.text!r})"
+
+
+def _read_step(value: Any, step: Any) -> Any:
+    if type(step) is int:
+        return read_item(value, step)
+    if step is FIRST_VALUE:
+        return first_value(value)
+    return read_attribute(value, step)
+
+
+def first_value(value: Any) -> Any:
+    """The first value of a mapping that is not None, in its order; else MISSING."""
+    if not is_a(value, Mapping):
+        return MISSING
+    try:
+        for item in value.values():
+            if item is not None:
+                return item
+    except Exception:
+        pass
+    return MISSING
 
 
 def read_attribute(value: Any, name: str) -> Any:
@@ -99,8 +159,8 @@ def read_attribute(value: Any, name: str) -> Any:
 
 
 def read_item(value: Any, index: int) -> Any:
-    """Item ``index`` of a list or tuple (negative from the end), else MISSING."""
-    if not is_a(value, (list, tuple)):
+    """Item ``index`` of a list, a tuple or another sequence (not a string; negative from the end), else MISSING."""
+    if not is_a(value, (list, tuple)) and (not is_a(value, Sequence) or is_a(value, (str, bytes, bytearray))):
         return MISSING
     try:
         return value[index] if -len(value) <= index < len(value) else MISSING

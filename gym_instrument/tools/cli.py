@@ -6,10 +6,14 @@ and ``replay`` (spans from a run's files).
     gym-instrument report PATH... [--html OUT.html | --no-html] [--format text|json] [--trace-url TEMPLATE]
     gym-instrument compare RUN_A RUN_B [--html OUT.html] [--format text|json]
     gym-instrument replay RUN_DIR [--output FILE]
+    gym-instrument config check FILE
 
 ``report`` and ``compare`` need only the base install (``pip install gym-instrument``): the page's
 charts are inline SVG. ``replay`` needs the ``report`` extra (the SDK and OpenTelemetry's OTLP/JSON
-file exporter): without it, it says so in one line. No command ends in a traceback: a path that
+file exporter): without it, it says so in one line. ``config check`` reads a configuration in the
+declarative form and says what each target and rule will do, importing no target module.
+
+No command ends in a traceback: a path that
 does not exist or holds no spans is one line and exit code 2, a missing extra exit code 3, and
 anything unexpected one line and exit code 1 (``GYM_INSTRUMENT_DEBUG=1`` shows the traceback).
 """
@@ -104,6 +108,20 @@ def _parser() -> argparse.ArgumentParser:
         "--output", metavar="FILE", help="write OTLP/JSON lines here (default: the exporter OTEL_TRACES_EXPORTER names)"
     )
     replay.add_argument("--append", action="store_true", help="append to --output instead of starting it afresh")
+
+    config = commands.add_parser(
+        "config", help="check a configuration in the declarative form (OTEL_PYTHON_GYM_CONFIG)", epilog=EPILOG
+    )
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    check = config_commands.add_parser(
+        "check",
+        help="say, per target, whether it can be found and what each rule will read",
+        description="Read a configuration (a TOML or .json file, or its text) as OTEL_PYTHON_GYM_CONFIG would be read, "
+        "and say per target whether this interpreter can find it (no target module is imported) and what each "
+        "rule reads. Exit code 2 when there is a problem.",
+        epilog=EPILOG,
+    )
+    check.add_argument("source", metavar="FILE", help="a TOML or .json file, or the configuration's text")
     return parser
 
 
@@ -201,10 +219,23 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def config_command(args: argparse.Namespace) -> int:
+    from gym_instrument.tools.config_check import check_config
+
+    found = check_config(args.source)
+    print("\n".join(found.lines))
+    if found.problems:
+        print(f"{len(found.problems)} problem(s)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print("no problems")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "report": report_command,
     "compare": compare_command,
     "replay": replay_command,
+    "config": config_command,
 }
 
 

@@ -784,6 +784,7 @@ class RunFigures:
                 "spans": stats.spans if stats else self.dispatches + self.verifies + self.health_spans,
                 "other_spans": stats.other_spans if stats else None,
                 "skipped_lines": (stats.bad_lines + stats.other_signal_lines) if stats else None,
+                "unreadable_lines": stats.bad_lines if stats else None,  # not OTLP/JSON at all
                 "replayed_spans": self.replayed_spans,
                 "services": sorted(self.services),
                 "first_start_unix_nano": self.first_start,

@@ -91,6 +91,11 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
         f"spans: {source['spans']} of the package{replayed} from {len(source['files'])} file(s)"
         + (f"; services: {', '.join(source['services'])}" if source["services"] else "")
     )
+    if source.get("unreadable_lines"):
+        out.append(
+            f"{source['unreadable_lines']} lines could not be read (not OTLP/JSON: a program's own output in the"
+            " span file? the gym_json_file exporter writes to a file of its own)"
+        )
     out.append(
         f"run: {run['tasks']} tasks, {run['dispatches']} dispatches ({run['errors']} failed), {run['rewarded']} rewarded,"
         f" {run['masked']} masked, {run['unscored']} without a numeric reward"
