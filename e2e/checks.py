@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from gym_harness.otlp_json import Received, Span
+from gym_harness.processes import log
 
 DISPATCH_SPAN = "gym.rollout.dispatch"
 VERIFY_SPAN = "gym.verify"
@@ -48,6 +49,21 @@ class Report:
         if not condition:
             self.failures.append(message)
         return condition
+
+    def conclude(self, title: str, figures: dict[str, int], elapsed: float, work: Any) -> int:
+        """Print the run's verdict, its figures, notes and failures; the exit code (0: passed)."""
+        print()
+        status = "FAILED" if self.failures else "passed"
+        print(f"{title}: {status}: " + ", ".join(f"{value} {name}" for name, value in figures.items()))
+        for note in self.notes:
+            print(f"    {note}")
+        for failure in self.failures:
+            print(f"  - {failure}")
+        if self.failures:
+            log(f"FAILED after {elapsed:.0f}s: {len(self.failures)} problem(s); logs in {work}")
+            return 1
+        log(f"PASSED in {elapsed:.0f}s; logs in {work}")
+        return 0
 
 
 @dataclass(frozen=True)

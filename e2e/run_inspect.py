@@ -21,9 +21,7 @@ last run stay in `.e2e-work/inspect/`.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -32,10 +30,10 @@ import uuid
 from pathlib import Path
 
 from e2e.checks import DISPATCH_SPAN, REPEAT, REWARD, ROLLOUT_ID, TASK_ID, VERIFY_SPAN, Report, rewarded_counter_total
+from gym_harness.framework_venv import FrameworkVenv
 from gym_harness.otlp_json import Received, read_received
 from gym_harness.paths import E2E_DIR, REPO
 from gym_harness.processes import (
-    RUN_MARKER_VAR,
     E2EFailure,
     Processes,
     exited,
@@ -50,6 +48,7 @@ from gym_harness.processes import (
 WORK = REPO / ".e2e-work" / "inspect"
 VENV = REPO / ".venv-e2e-inspect"
 REQUIREMENTS = E2E_DIR / "requirements-inspect.txt"
+FRAMEWORK_VENV = FrameworkVenv("inspect-ai 0.3.285", VENV, REQUIREMENTS, (3, 10), "E2E_PYTHON_INSPECT")
 EVAL_TASK = E2E_DIR / "inspect" / "eval_task.py"
 
 FRAMEWORK = "nemo.gym.framework"
@@ -75,83 +74,8 @@ print(json.dumps([
 """
 
 
-def find_python() -> str:
-    """`$E2E_PYTHON_INSPECT`, else this interpreter when it is 3.10+, else python3.10-3.13 on PATH."""
-    candidates = [os.environ.get("E2E_PYTHON_INSPECT", ""), sys.executable if sys.version_info >= (3, 10) else ""]
-    candidates += [shutil.which(f"python3.{minor}") or "" for minor in (10, 11, 12, 13)]
-    for candidate in filter(None, candidates):
-        probe = subprocess.run(
-            [candidate, "-c", "import sys; print(sys.version_info >= (3, 10))"], capture_output=True, text=True
-        )
-        if probe.stdout.strip() == "True":
-            return candidate
-    raise E2EFailure("inspect-ai 0.3.285 needs Python 3.10+; none found (set E2E_PYTHON_INSPECT)")
-
-
-def ensure_venv() -> Path:
-    python = find_python()
-    digest = hashlib.sha256()
-    for part in (REQUIREMENTS.read_bytes(), (REPO / "pyproject.toml").read_bytes(), str(REPO).encode()):
-        digest.update(part)
-    digest.update(subprocess.run([python, "-VV"], capture_output=True, text=True).stdout.encode())
-    stamp, stamp_file, venv_python = digest.hexdigest(), VENV / ".e2e-stamp", VENV / "bin" / "python"
-    if venv_python.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
-        log(f"reusing {VENV.name} (stamp matches)")
-        return venv_python
-    log(f"building {VENV.name} for inspect-ai 0.3.285 with {python}")
-    shutil.rmtree(VENV, ignore_errors=True)
-    subprocess.run([python, "-m", "venv", str(VENV)], check=True)
-    install_log = WORK.parent / "pip-install-inspect.log"
-    started = time.monotonic()
-    with install_log.open("w") as out:
-        command = [
-            str(venv_python),
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "-r",
-            str(REQUIREMENTS),
-            "-e",
-            str(REPO),
-        ]
-        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=1200)
-        if result.returncode == 0:
-            result = subprocess.run([str(venv_python), "-m", "pip", "check"], stdout=out, stderr=subprocess.STDOUT)
-    if result.returncode != 0:
-        raise E2EFailure(f"pip install failed (exit {result.returncode}); log: {install_log}\n{tail(install_log)}")
-    stamp_file.write_text(stamp + "\n")
-    log(f"installed in {time.monotonic() - started:.0f}s")
-    return venv_python
-
-
 def run_env(marker: str, receiver_port: int) -> dict[str, str]:
-    # No OTEL_PYTHON_GYM_* at all: the default presets are what is under test.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME") and not k.startswith("OTEL_PYTHON_GYM_")
-    }
-    env.update(
-        {
-            RUN_MARKER_VAR: marker,
-            "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONUNBUFFERED": "1",
-            "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost",
-            "TMPDIR": str(WORK / "tmp"),
-            "OTEL_SERVICE_NAME": "inspect-e2e",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_LOGS_EXPORTER": "none",
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
-            "OTEL_METRIC_EXPORT_INTERVAL": "1000",
-            "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta",
-        }
-    )
-    return env
+    return FRAMEWORK_VENV.run_env(marker, receiver_port, "inspect-e2e", WORK / "tmp")
 
 
 def check_samples(samples: list[dict], received: Received, report: Report) -> dict[str, int]:
@@ -230,7 +154,7 @@ def run() -> int:
     started_at = time.monotonic()
     shutil.rmtree(WORK, ignore_errors=True)
     (WORK / "tmp").mkdir(parents=True)
-    venv_python = ensure_venv()
+    venv_python = FRAMEWORK_VENV.ensure(WORK.parent / "pip-install-inspect.log")
     marker = uuid.uuid4().hex
     receiver_port = free_port()
     env = run_env(marker, receiver_port)
@@ -287,19 +211,7 @@ def run() -> int:
         survivors = processes.stop_all(marker)
         if survivors:
             report.fail(f"processes of this run still alive after stopping: {survivors}")
-    elapsed = time.monotonic() - started_at
-    print()
-    status = "FAILED" if report.failures else "passed"
-    print(f"inspect-ai 0.3.285: {status}: " + ", ".join(f"{value} {name}" for name, value in figures.items()))
-    for note in report.notes:
-        print(f"    {note}")
-    for failure in report.failures:
-        print(f"  - {failure}")
-    if report.failures:
-        log(f"FAILED after {elapsed:.0f}s: {len(report.failures)} problem(s); logs in {WORK}")
-        return 1
-    log(f"PASSED in {elapsed:.0f}s; logs in {WORK}")
-    return 0
+    return report.conclude("inspect-ai 0.3.285", figures, time.monotonic() - started_at, WORK)
 
 
 def main() -> int:

@@ -39,6 +39,22 @@ class Scratch:
         shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
+def otlp_variables(service: str, receiver_port: int) -> dict[str, str]:
+    """OpenTelemetry's variables for a run: export over OTLP/HTTP to the run's receiver, quickly."""
+    return {
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_METRICS_EXPORTER": "otlp",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+        # Delta counters can be summed across processes without knowing which sent what.
+        "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta",
+    }
+
+
 def base_env(venv: Path, marker: str, receiver_port: int, scratch: Scratch) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env.update(
@@ -56,17 +72,7 @@ def base_env(venv: Path, marker: str, receiver_port: int, scratch: Scratch) -> d
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_TMPDIR": str(scratch.ray_tmp),
-            # OpenTelemetry: export over OTLP/HTTP to the receiver, quickly.
-            "OTEL_SERVICE_NAME": "nemo-gym-e2e",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_LOGS_EXPORTER": "none",
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
-            "OTEL_METRIC_EXPORT_INTERVAL": "1000",
-            # Delta counters can be summed across processes without knowing which sent what.
-            "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta",
+            **otlp_variables("nemo-gym-e2e", receiver_port),
             # Ray's processes run under the launcher too: its dashboard polls `/api/healthz` through
             # the instrumented aiohttp client many times a second (about 300 spans a second with nine
             # servers), and Ray records its own metrics through the launcher's meter provider.

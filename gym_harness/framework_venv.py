@@ -1,0 +1,95 @@
+"""A released framework other than NeMo Gym (verifiers, inspect-ai) in a venv of its own: its
+interpreter found, the venv built from its pinned requirements and this checkout's package
+(editable), reused while its stamp matches; and the environment its run gets under the launcher."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gym_harness.environment import otlp_variables
+from gym_harness.paths import REPO
+from gym_harness.processes import RUN_MARKER_VAR, E2EFailure, log, tail
+
+
+@dataclass(frozen=True)
+class FrameworkVenv:
+    """``what`` (e.g. ``verifiers 0.4.0``) installed from ``requirements`` into ``venv`` with a Python of at
+    least ``minimum``: ``$<variable>``, else this interpreter, else ``python3.<minor>`` on PATH."""
+
+    what: str
+    venv: Path
+    requirements: Path
+    minimum: tuple[int, int]
+    variable: str
+
+    def find_python(self) -> str:
+        major, minor = self.minimum
+        candidates = [os.environ.get(self.variable, ""), sys.executable if sys.version_info >= self.minimum else ""]
+        candidates += [shutil.which(f"python{major}.{newer}") or "" for newer in range(minor, 14)]
+        for candidate in filter(None, candidates):
+            probe = subprocess.run(
+                [candidate, "-c", f"import sys; print(sys.version_info >= {self.minimum})"], capture_output=True, text=True
+            )
+            if probe.stdout.strip() == "True":
+                return candidate
+        raise E2EFailure(f"{self.what} needs Python {major}.{minor}+; none found (set {self.variable})")
+
+    def ensure(self, install_log: Path) -> Path:
+        """The venv's interpreter, the venv built first unless its stamp matches (pip's output in ``install_log``)."""
+        python = self.find_python()
+        digest = hashlib.sha256()
+        for part in (self.requirements.read_bytes(), (REPO / "pyproject.toml").read_bytes(), str(REPO).encode()):
+            digest.update(part)
+        digest.update(subprocess.run([python, "-VV"], capture_output=True, text=True).stdout.encode())
+        stamp, stamp_file, venv_python = digest.hexdigest(), self.venv / ".e2e-stamp", self.venv / "bin" / "python"
+        if venv_python.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
+            log(f"reusing {self.venv.name} (stamp matches)")
+            return venv_python
+        log(f"building {self.venv.name} for {self.what} with {python}")
+        shutil.rmtree(self.venv, ignore_errors=True)
+        subprocess.run([python, "-m", "venv", str(self.venv)], check=True)
+        install_log.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with install_log.open("w") as out:
+            command = [str(venv_python), "-m", "pip", "install", "--disable-pip-version-check"]
+            command += ["-r", str(self.requirements), "-e", str(REPO)]
+            result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=1200)
+            if result.returncode == 0:
+                result = subprocess.run([str(venv_python), "-m", "pip", "check"], stdout=out, stderr=subprocess.STDOUT)
+        if result.returncode != 0:
+            raise E2EFailure(f"pip install failed (exit {result.returncode}); log: {install_log}\n{tail(install_log)}")
+        stamp_file.write_text(stamp + "\n")
+        log(f"installed in {time.monotonic() - started:.0f}s")
+        return venv_python
+
+    def run_env(
+        self, marker: str, receiver_port: int, service: str, tmpdir: Path, extra: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The run's environment: no ``OTEL_PYTHON_GYM_*`` at all (the default presets are what is under
+        test), the venv first on PATH, everything on 127.0.0.1, spans to the run's own receiver."""
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME") and not k.startswith("OTEL_PYTHON_GYM_")
+        }
+        env.update(
+            {
+                RUN_MARKER_VAR: marker,
+                "PATH": f"{self.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PYTHONUNBUFFERED": "1",
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+                "TMPDIR": str(tmpdir),
+                **otlp_variables(service, receiver_port),
+                **(extra or {}),
+            }
+        )
+        return env
