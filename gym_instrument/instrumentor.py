@@ -70,6 +70,7 @@ from gym_instrument.plan.engine import ENGINE, Setup
 from gym_instrument.record.job import JobContext, job_context
 from gym_instrument.record.recorder import Recorder
 from gym_instrument.role import ROLES
+from gym_instrument.target.decorators import use_role_extractors
 from gym_instrument.target.find import target_problem
 from gym_instrument.target.patcher import Patcher
 from gym_instrument.target.target import Target
@@ -165,12 +166,14 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             # the extractors added now), new targets are armed, and restore() still puts back all.
             patcher = running.patcher
             patcher.update(targets, config.extractors, config.replace_default_extractors)
+        use_role_extractors(config.extractors, config.replace_default_extractors)  # decorated functions too
         GymInstrumentor._running = _Running(config, targets, patcher, recorder, links, job, link_files)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         running, GymInstrumentor._running = GymInstrumentor._running, None
         if running is not None:
             running.patcher.restore()
+            use_role_extractors({}, ())
             if running.link_files is not None:
                 running.link_files.close()  # what was queued is written
         ENGINE.configure(Setup(Recorder(), DispatchLinks(ENGINE.links.capacity), True))

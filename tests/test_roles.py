@@ -660,3 +660,34 @@ def test_a_failing_rule_is_logged_once_per_target_not_once_per_role(
     assert len(logged) == 2, logged
     assert any(second_module in message for message in logged)
     assert len(telemetry.spans(semconv.SPAN_DISPATCH)) == 6
+
+
+def test_instrument_role_extractors_reach_decorated_functions(instrument: Any, telemetry: Any) -> None:
+    # SPEC section 6: users add extractors per role; a decorated function is of its role too.
+    @gym_instrument.verify
+    async def before(body: Any) -> Any:  # decorated before instrument()
+        return {"reward": 1.0}
+
+    instrumentor = instrument(targets=[], extractors={"verify": [lambda call: {"test.role": "verify"}]})
+
+    @gym_instrument.verify(extractors=[lambda call: {"test.own": True}])
+    async def after(body: Any) -> Any:  # decorated after it, with an extractor of its own
+        return {"reward": 0.5}
+
+    asyncio.run(before({}))
+    asyncio.run(after({}))
+    first, second = telemetry.spans(semconv.SPAN_VERIFY)
+    assert first.attributes["test.role"] == "verify" and first.attributes[semconv.ROLLOUT_REWARD] == 1.0
+    assert second.attributes["test.role"] == "verify" and second.attributes["test.own"] is True
+    assert second.attributes[semconv.ROLLOUT_REWARD] == 0.5
+
+    # Undone, then instrumented again with the role's defaults replaced: neither keeps the old extractor.
+    instrumentor.uninstrument()
+    telemetry.clear()
+    instrument(targets=[], extractors={"verify": [lambda call: {"test.role": "again"}]}, replace_default_extractors=["verify"])
+    asyncio.run(before({}))
+    asyncio.run(after({}))
+    first, second = telemetry.spans(semconv.SPAN_VERIFY)
+    assert first.attributes["test.role"] == "again" and semconv.ROLLOUT_REWARD not in first.attributes
+    assert second.attributes["test.role"] == "again" and second.attributes["test.own"] is True
+    assert semconv.ROLLOUT_REWARD not in second.attributes

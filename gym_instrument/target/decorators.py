@@ -3,17 +3,52 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from gym_instrument.plan.engine import ENGINE
 from gym_instrument.role import ROLES
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.extractors import Extractor
-from gym_instrument.target.patcher import is_gym_wrapper, make_wrapper
+from gym_instrument.target.patcher import GymWrapper, is_gym_wrapper, make_wrapper
 from gym_instrument.target.target import PATH, Target
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _RoleExtractors:
+    """The extractors ``instrument()`` gives each role, and whether they replace its defaults: a
+    decorated function takes them like a target does, whether it was decorated before or after."""
+
+    def __init__(self) -> None:
+        self.extractors: Mapping[str, Iterable[Extractor]] = {}
+        self.replace: frozenset[str] = frozenset()
+        # every decorated function alive, with its target
+        self.wrappers: weakref.WeakKeyDictionary[GymWrapper, Target] = weakref.WeakKeyDictionary()
+        self.lock = threading.Lock()
+
+    def of(self, target: Target) -> tuple[tuple[Extractor, ...], bool]:
+        """A decorated target's role extractors, and whether its role's defaults are replaced."""
+        return tuple(self.extractors.get(target.role, ())), target.role in self.replace
+
+
+_ROLE_EXTRACTORS = _RoleExtractors()
+
+
+def use_role_extractors(extractors: Mapping[str, Iterable[Extractor]], replace_defaults: Iterable[str]) -> None:
+    """Give every decorated function, now and from now on, the role extractors of an ``instrument()``
+    (``{}`` and ``()`` when it is undone): theirs run before the decorator's own."""
+    with _ROLE_EXTRACTORS.lock:
+        _ROLE_EXTRACTORS.extractors = {role: tuple(found) for role, found in extractors.items()}
+        _ROLE_EXTRACTORS.replace = frozenset(replace_defaults)
+        wrappers = list(_ROLE_EXTRACTORS.wrappers.items())
+    for wrapper, target in wrappers:
+        role_extractors, replaced = _ROLE_EXTRACTORS.of(target)
+        wrapper._self_gym_plan.use_extractors(
+            (*role_extractors, *target.extractors), defaults=target.default_extractors and not replaced
+        )
 
 
 class RoleDecorator:
@@ -74,7 +109,11 @@ class RoleDecorator:
             )
             if ROLES[role].uses_links:
                 ENGINE.expect_verdicts()  # dispatches are remembered from now on
-            return make_wrapper(to_wrap, target, self.default_schema)  # type: ignore[return-value]
+            with _ROLE_EXTRACTORS.lock:
+                role_extractors, replaced = _ROLE_EXTRACTORS.of(target)
+                wrapper = make_wrapper(to_wrap, target, self.default_schema, role_extractors, replaced)
+                _ROLE_EXTRACTORS.wrappers[wrapper] = target
+            return wrapper  # type: ignore[return-value]
 
         return apply if function is None else apply(function)
 
