@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from pathlib import Path
 from e2e import checks
 from e2e.sharded import PassResult, run_sharded
 from gym_harness.environment import Scratch, base_env
+from gym_harness.gym_servers import gym_configs, server_venvs, start_servers
 from gym_harness.jsonl import read_jsonl
 from gym_harness.otlp_json import read_received
 from gym_harness.paths import E2E_DIR, MODEL_SERVER, REPO, WORK
@@ -61,7 +61,7 @@ from gym_harness.processes import (
     wait_for,
 )
 from gym_harness.releases import RELEASES, Pass, Release
-from gym_harness.venvs import ensure_venv, site_packages
+from gym_harness.venvs import ensure_venv
 
 EXCERPT = E2E_DIR / "SPANS_EXCERPT.md"
 
@@ -70,7 +70,6 @@ NUM_REPEATS = 2
 # /tmp (the run's own short RAY_TMPDIR fallback there is removed in a `finally`).
 LEFTOVER_TMP_PATTERNS = ("tmp*wandb-*", "pymp-*", "ray")
 
-TIMEOUT_SERVERS_READY = 300
 TIMEOUT_COLLECTION = 300
 TIMEOUT_SPANS = 60
 TIMEOUT_STOP = 20
@@ -103,7 +102,6 @@ def run_pass(
     report = result.report
     work = WORK / release.version / gym_pass.name
     work.mkdir(parents=True)
-    gym_site = site_packages(venv_python)
     bin_dir = release.venv / "bin"
     receiver_port = free_port()
     head_port = free_port()
@@ -122,11 +120,7 @@ def run_pass(
         (work / "model-calls").mkdir()
         capture = ["+observability_enabled=true", f"+model_call_capture_dir={work / 'model-calls'}"]
 
-    # NeMo Gym would build one uv venv per server; point each at the release's venv instead.
-    venvs_root = work / "server-venvs"
-    for server_dir in release.server_dirs:
-        (venvs_root / server_dir).mkdir(parents=True)
-        (venvs_root / server_dir / ".venv").symlink_to(release.venv, target_is_directory=True)
+    venvs_root = server_venvs(release, work)
 
     started_at = time.monotonic()
     try:
@@ -165,44 +159,11 @@ def run_pass(
         model_port = int(model_port_file.read_text())
 
         # 3. NeMo Gym's servers, under the zero-code launcher (the servers inherit it).
-        config_paths = [str(gym_site / path) for path in release.gym_configs] + [str(p) for p in release.e2e_configs]
-        configs = [arg for path in config_paths for arg in ("--config", path)]
         head = ["+head_server.host=127.0.0.1", f"+head_server.port={head_port}"]
         launcher = [str(bin_dir / "opentelemetry-instrument"), "--", str(bin_dir / "gym")]
-        env_start = processes.start(
-            "gym env start",
-            [
-                *launcher,
-                "env",
-                "start",
-                *configs,
-                f"+policy_base_url=http://127.0.0.1:{model_port}/v1",
-                "+policy_api_key=e2e-dummy-key",
-                "+policy_model_name=scripted-model",
-                "+skip_venv_if_present=true",
-                f"+uv_venv_dir={venvs_root}",
-                *head,
-                *capture,
-            ],
-            env_log,
-            work,
-        )
-        ready = re.compile(r"All (\d+) / (\d+) servers ready")
-
-        def servers_ready() -> bool:
-            match = ready.search(env_log.read_text(errors="replace")) if env_log.exists() else None
-            if match and match.group(1) != match.group(2):
-                raise E2EFailure(f"NeMo Gym reported {match.group(0)}; log: {env_log}")
-            return bool(match)
-
-        wait_for(
-            "`All N / N servers ready` from gym env start",
-            servers_ready,
-            TIMEOUT_SERVERS_READY,
-            exited(env_start, "gym env start", env_log),
-            interval=1,
-        )
-        count = int(ready.search(env_log.read_text(errors="replace")).group(1))
+        overrides = [f"+uv_venv_dir={venvs_root}", *head, *capture]
+        configs = gym_configs(release, venv_python)
+        env_start, count = start_servers(processes, launcher, configs, model_port, overrides, env_log, work)
         if count != release.expected_servers:
             raise E2EFailure(f"expected {release.expected_servers} servers, gym env start started {count}; log: {env_log}")
         log(f"{count} servers ready after {time.monotonic() - started_at:.0f}s")

@@ -25,14 +25,13 @@ from typing import Any
 
 from e2e import checks
 from gym_harness.environment import Scratch, base_env
+from gym_harness.gym_servers import gym_configs, server_venvs, start_servers
 from gym_harness.jsonl import read_jsonl
 from gym_harness.otlp_json import Received, read_received
 from gym_harness.paths import E2E_DIR, MODEL_SERVER, WORK
 from gym_harness.processes import E2EFailure, Processes, exited, free_port, log, port_open, tail, wait_for
 from gym_harness.releases import Release
-from gym_harness.venvs import site_packages
 
-TIMEOUT_SERVERS_READY = 300
 TIMEOUT_STEP = 300
 TIMEOUT_SPANS = 60
 SHARDS = 2
@@ -91,47 +90,16 @@ def run_sharded(release: Release, venv_python: Path, marker: str, scratch: Scrat
             plain,
         )
         wait_for("the model server's port", model_port_file.exists, 30, exited(model, "model server", model_log))
-        venvs_root = work / "server-venvs"
-        for server_dir in release.server_dirs:
-            (venvs_root / server_dir).mkdir(parents=True)
-            (venvs_root / server_dir / ".venv").symlink_to(release.venv, target_is_directory=True)
-        gym_site = site_packages(venv_python)
-        configs = [
-            arg
-            for path in [str(gym_site / p) for p in release.gym_configs] + [str(p) for p in release.e2e_configs]
-            for arg in ("--config", path)
-        ]
+        venvs_root = server_venvs(release, work)
         head_port = free_port()
         head = ["+head_server.host=127.0.0.1", f"+head_server.port={head_port}"]
         capture = ["+observability_enabled=true", f"+model_call_capture_dir={work / 'model-calls'}"]
         (work / "model-calls").mkdir()
         env_log = work / "gym_env_start.log"
-        env_start = processes.start(
-            "gym env start",
-            [
-                *launcher,
-                "env",
-                "start",
-                *configs,
-                f"+policy_base_url=http://127.0.0.1:{int(model_port_file.read_text())}/v1",
-                "+policy_api_key=e2e-dummy-key",
-                "+policy_model_name=scripted-model",
-                "+skip_venv_if_present=true",
-                f"+uv_venv_dir={venvs_root}",
-                *head,
-                *capture,
-            ],
-            env_log,
-            work,
-            servers_env,
-        )
-        ready = re.compile(r"All (\d+) / (\d+) servers ready")
-        wait_for(
-            "`All N / N servers ready` from gym env start",
-            lambda: bool(env_log.exists() and ready.search(env_log.read_text(errors="replace"))),
-            TIMEOUT_SERVERS_READY,
-            exited(env_start, "gym env start", env_log),
-            interval=1,
+        model_port = int(model_port_file.read_text())
+        overrides = [f"+uv_venv_dir={venvs_root}", *head, *capture]
+        env_start, _ = start_servers(
+            processes, launcher, gym_configs(release, venv_python), model_port, overrides, env_log, work, servers_env
         )
         log(f"servers ready after {time.monotonic() - started_at:.0f}s")
 
