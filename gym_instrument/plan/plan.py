@@ -31,7 +31,7 @@ from opentelemetry.trace import Span
 from gym_instrument import compat, semconv
 from gym_instrument.compat import attach, detach
 from gym_instrument.link.files import RUN_OUTPUT_KEY
-from gym_instrument.link.identity import RolloutIdentity, named_identity
+from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.plan.call import ArgLocator, Call
 from gym_instrument.plan.engine import ENGINE, Setup
 from gym_instrument.record.failures import FAILURES
@@ -39,7 +39,8 @@ from gym_instrument.record.spans import end_failed, end_span
 from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Role
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.extractors import Extractor, run_extractors, runs_at_start
-from gym_instrument.schema.fields import MISSING, rollout_id_string
+from gym_instrument.schema.fields import MISSING
+from gym_instrument.schema.rules import declared_identity
 
 # The object (instance, or function without one) of the gym call of a role running in a context,
 # kept under the role's own key in the context the call attaches: a nested call of the same role
@@ -233,11 +234,11 @@ class Plan:
                 if self.start_extractors:
                     run_extractors(self.start_extractors, call, attributes, self.where)
                     if self.carries_rollout_id:
-                        # An extractor's rollout id names the rollout, baggage included (extract's convention).
-                        extracted = rollout_id_string(attributes.get(semconv.ROLLOUT_ID))
-                        if extracted is not None and extracted != rollout_id:
-                            rollout_id = extracted
-                            active.identity = named_identity(active.identity, extracted)
+                        # What the start rules and extractors name the rollout by (its id, its indices)
+                        # names it, baggage and its health verdict's link included (extract's convention).
+                        active.identity = declared_identity(active.identity, attributes)
+                        if active.identity is not None:
+                            rollout_id = active.identity.rollout_id
                 if self.remembers:
                     active.output = current.get(RUN_OUTPUT_KEY)  # type: ignore[assignment]  # the run it belongs to, for its persisted link
                 if self.direct and (setup.job is None or not self.ties_to_job):
@@ -353,20 +354,21 @@ class Active:
                 outcome = tallies.error
             elif exception is None:
                 span.end()
-                if plan.remembers:
-                    identity = self.identity
-                    # identity None: the row could not be read, and nothing names the rollout.
-                    if identity is not None:
-                        span_context = span.get_span_context()
-                        if setup.remembers:
-                            setup.links.remember(span_context, identity)
-                        if setup.link_files is not None:  # for a health pass in another process
-                            setup.link_files.persist(span_context, identity, self.output)
                 outcome = tallies.ok
             else:
                 cancelled = isinstance(exception, _CANCELLATION)
                 end_span(span, exception, cancelled)
                 outcome = tallies.cancelled if cancelled else tallies.error
+            if plan.remembers:
+                # Remembered however it ended: a health pass judges failed rollouts too.
+                identity = self.identity
+                # identity None: the row could not be read, and nothing names the rollout.
+                if identity is not None:
+                    span_context = span.get_span_context()
+                    if setup.remembers:
+                        setup.links.remember(span_context, identity)
+                    if setup.link_files is not None:  # for a health pass in another process
+                        setup.link_files.persist(span_context, identity, self.output)
             if plan.counts_reward and attributes and semconv.ROLLOUT_REWARD in attributes:
                 next(tallies.rewarded)  # (Tally: one C-level call, read by the observable counter)
             if plan.counts_outcome:

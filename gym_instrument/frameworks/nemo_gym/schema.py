@@ -17,7 +17,7 @@ from typing import Any
 from gym_instrument import semconv
 from gym_instrument.link.identity import RolloutIdentity, index_form, parse_index_form
 from gym_instrument.record.attributes import INT64_MAX as _INT64_MAX
-from gym_instrument.schema.base import RolloutSchema, VerdictFacts, VerdictName
+from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.fields import (
     MISSING,
     field,
@@ -27,7 +27,7 @@ from gym_instrument.schema.fields import (
     rollout_id_string,
     task_id_of,
 )
-from gym_instrument.schema.rules import checks_of, outcome_attributes, verdict_attributes
+from gym_instrument.schema.rules import VerdictFacts, VerdictName, checks_of, outcome_attributes, verdict_attributes
 
 TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id", "task_name")
 # A verify request that has none of these carries no rollout id of its own.
