@@ -271,3 +271,11 @@ def test_the_report_scores_a_rollout_once_by_its_reward_rule(rule: str | None, r
         (task,) = figures["tasks"]
         assert (task["rewarded"], task["mean_reward"]) == (1, reward)
         assert figures["run"]["verifies_without_dispatch"] == 0
+
+
+def test_a_target_in_a_script_says_how_to_trace_it(instrument: Any) -> None:
+    """A script's functions are defined after instrumentation starts (the launcher runs first):
+    one line says what to do instead."""
+    with pytest.raises(ValueError, match=r"module '__main__' has no attribute 'run_episode'; a script's own functions") as error:
+        instrument(targets=["__main__:run_episode=dispatch"])
+    assert "put them in a module beside the script, import it from the script" in str(error.value)

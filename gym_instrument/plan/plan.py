@@ -24,8 +24,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from opentelemetry import context
+from opentelemetry import context, trace
 from opentelemetry.context import Context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span
 
 from gym_instrument import compat, semconv
@@ -67,6 +68,7 @@ def _guard_key(role: Role) -> str:
 
 
 _CANCELLATION = (asyncio.CancelledError, GeneratorExit)
+_SUPPRESSION_KEYS = compat.suppression_keys()
 
 _NO_CONTEXT = Context()  # an Active's until Plan.start gives it its own (a Context is never changed in place)
 
@@ -184,11 +186,24 @@ class Plan:
             return None
         try:
             recorder = ENGINE.setup.recorder
-            if recorder.cached_tracer is None and recorder.tracer() is None:
-                return None
+            if recorder.cached_tracer is None:
+                # No SDK: Recorder.tracer()'s first test, read here without the call (most of a
+                # call's cost with tracing off).
+                global_provider = recorder.global_provider
+                if global_provider is not None and getattr(trace, global_provider, trace) is None:
+                    return None
+                if recorder.tracer() is None:
+                    return None
             current = compat.current_context()
-            if compat.suppressed(current):
-                return None
+            # Suppressed instrumentation: a truthy value under one of the API's keys.
+            keys = _SUPPRESSION_KEYS
+            if keys is None:
+                if not is_instrumentation_enabled():
+                    return None
+            else:
+                for key in keys:
+                    if current.get(key):
+                        return None
             for locator, expected in self.conditions:
                 value = locator.find(instance, args, kwargs)
                 if type(value) is not type(expected) or value != expected:

@@ -89,7 +89,7 @@ def target_problem(target: Target, suggest: bool = True) -> str | None:
 SCRIPT_HINT = (
     "a script's own functions (module __main__) are defined after instrumentation starts, so they are "
     "never wrapped: put them in a module beside the script, import it from the script, and name "
-    "that module (path = 'my_loop:run_episode')"
+    "that module (path = 'my_loop:play')"
 )
 
 

@@ -400,17 +400,6 @@ def ks_for(n: int) -> list[int]:
     return [*ks, n] if n >= 1 else []
 
 
-def _quantile_of_counts(values: Counter[float], q: float) -> float:
-    total = sum(values.values())
-    rank = max(1, math.ceil(q * total))
-    seen = 0
-    for value in sorted(values):
-        seen += values[value]
-        if seen >= rank:
-            return value
-    return max(values)
-
-
 class RunFigures:
     """Feed it spans (:meth:`add`), then read :meth:`figures`."""
 
