@@ -279,3 +279,24 @@ def test_a_target_in_a_script_says_how_to_trace_it(instrument: Any) -> None:
     with pytest.raises(ValueError, match=r"module '__main__' has no attribute 'run_episode'; a script's own functions") as error:
         instrument(targets=["__main__:run_episode=dispatch"])
     assert "put them in a module beside the script, import it from the script" in str(error.value)
+
+
+def test_a_decorator_reads_the_common_field_names_not_nemo_gyms(instrument: Any, telemetry: Any) -> None:
+    import gym_instrument
+
+    instrument()
+
+    @gym_instrument.dispatch
+    def run(row: Any) -> Any:
+        return row
+
+    run({"task_id": "t", "task_index": 1, "repeat": 0})
+    run({"task_id": "u", "_ng_task_index": 4, "_ng_rollout_index": 2})  # NeMo Gym's fields: its preset's schema reads them
+    first, second = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert dict(first.attributes) == {
+        semconv.TASK_ID: "t",
+        semconv.TASK_INDEX: 1,
+        semconv.ROLLOUT_REPEAT: 0,
+        semconv.ROLLOUT_ID: "1-0",
+    }
+    assert dict(second.attributes) == {semconv.TASK_ID: "u"}

@@ -18,6 +18,7 @@ from opentelemetry.trace import StatusCode
 
 import gym_instrument
 from gym_instrument import semconv
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA
 
 KINDS_SOURCE = """
 import asyncio
@@ -437,7 +438,7 @@ def test_raising_extractor_is_logged_once_and_the_span_still_exports(
     def broken(call: Any) -> dict[str, Any]:
         raise RuntimeError("extractor bug")
 
-    @gym_instrument.dispatch(extractors=[broken, gym_instrument.at_start(broken)])
+    @gym_instrument.dispatch(extractors=[broken, gym_instrument.at_start(broken)], schema=SCHEMA)
     def dispatch(row: Any) -> Any:
         return row
 
