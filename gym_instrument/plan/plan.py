@@ -94,10 +94,8 @@ class Plan:
         "function",
         "function_guard",
         "guard_key",
-        "isolates",
         "locator",
         "makes_call",
-        "names_run",
         "open_span",
         "reads_result",
         "remembers",
@@ -159,9 +157,8 @@ class Plan:
         self.counts_reward = role.counts_reward
         self.carries_rollout_id = role.carries_rollout_id
         self.remembers = role.remembers_dispatch
-        self.emits = role.emits_child_spans
-        self.isolates = role.isolates
-        self.names_run = role.names_run
+        # A role without a span whose calls' results become child spans (it overrides emit).
+        self.emits = not self.spans and type(role).emit is not Role.emit
 
     def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
         """The user's extractors, and whether the role's own attribute rules apply (a second
@@ -221,7 +218,7 @@ class Plan:
         attached. None when the call is not the role's (a relay) or starting failed: it runs untouched."""
         role = self.role
         setup = ENGINE.setup
-        span = rollout_id = run_output = None
+        span = rollout_id = spanless = None
         try:
             recorder = setup.recorder
             tracer = recorder.cached_tracer or recorder.tracer()
@@ -260,21 +257,17 @@ class Plan:
                     span = active.span = tracer.start_span(self.span_name, current, self.span_kind, attributes)  # type: ignore[arg-type]  # (a role with a span has its name)
                 else:
                     span = active.span = self.open_span(self, tracer, setup.job, current, attributes)
-            elif self.emits or self.names_run:
+            else:  # no span: the role says what its call runs in
                 row = self.find_row(instance, args, kwargs)
                 active.row = None if row is MISSING else row
-                if self.names_run:
-                    run_output = role.run_output(self, active.row, setup.link_files)
+                spanless = role.spanless_context(self, current, active.row, setup.link_files)
         except Exception:
             FAILURES.failed(f"the start of the {self.role_name} role", self.where)
             return None
         guard_key, guard = self.guard_key, self.function_guard if instance is None else id(instance)
         try:
-            if self.isolates:
-                active.ctx = Context({guard_key: guard})
-            elif run_output is not None:
-                run_ctx = compat.with_values(current, None, None, RUN_OUTPUT_KEY, run_output)
-                active.ctx = compat.with_values(run_ctx, None, None, guard_key, guard)
+            if spanless is not None:
+                active.ctx = compat.with_values(spanless, None, None, guard_key, guard)
             elif rollout_id is None:
                 active.ctx = compat.with_values(current, span, None, guard_key, guard)
             elif setup.propagate_baggage:

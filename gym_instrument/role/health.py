@@ -121,7 +121,6 @@ class HealthRole(Role):
 
     name = semconv.ROLE_HEALTH
     row_names = ("rollout_paths",)
-    emits_child_spans = True
     uses_links = True
 
     def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
