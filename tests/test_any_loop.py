@@ -209,6 +209,7 @@ def test_a_result_that_yields_no_verdict_is_reported_once(
         ({"rollout_id": "item.id"}, "needs verdict"),
         ({"rollout_id": "row.id", "verdict": "item.ok"}, "a verdict record's fields start with item"),
         ({"rollout_id": {"template": "{task_id}"}, "verdict": "item.ok", "items": "item.x"}, "items"),
+        ({"rollout_id": {"template": "{task_id}-{repeat}"}, "task_id": "item.t", "verdict": "item.ok"}, "names {repeat}"),
     ],
 )
 def test_a_verdict_mapping_that_cannot_work_is_refused(verdicts: dict[str, Any], problem: str) -> None:

@@ -67,6 +67,7 @@ from gym_instrument.frameworks import FRAMEWORKS
 from gym_instrument.schema.base import GENERIC, RolloutSchema
 from gym_instrument.schema.declared import (
     PRESENT,
+    TEMPLATE_NAMES,
     VERDICT_NAME_KEYS,
     AtStart,
     AttributeRules,
@@ -245,6 +246,16 @@ def _verdicts(value: Any, where: str) -> VerdictRules:
             raise ValueError(f"items: {error}") from None
     names = [(attribute, rule(key)) for key, attribute in VERDICT_NAME_KEYS.items() if key in value]
     names.sort(key=lambda item: item[1].template is not None)
+    declared = {attribute for attribute, _ in names}
+    for attribute, named in names:
+        template = named.template
+        if template is None:
+            continue
+        for part in template.parts[1::2]:
+            if isinstance(part, str) and part not in declared:
+                key = next(key for key, known in VERDICT_NAME_KEYS.items() if known == attribute)
+                short = next(short for short, known in TEMPLATE_NAMES.items() if known == part)
+                raise ValueError(f"{key}: template {template.text!r} names {{{short}}}, which verdicts does not declare")
     checks, check_field = None, None
     if "checks" in value:
         spec = value["checks"]
