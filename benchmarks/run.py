@@ -60,10 +60,13 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   against it; the idiomatic twin that keeps nothing is shown as a reference. They also give the
   package an SDK meter provider, as the launcher does (each dispatch is counted; the baselines
   count nothing).
-- **B.** The instrumented call minus the bare call (the original function object), per call:
-  with no SDK at all (the API's proxy provider), and with the SDK on under
-  `suppress_instrumentation`. The extra row is a call the target's condition excludes
-  (`ServerClient.post` to a path other than `/run`, the bulk of NeMo Gym's internal POSTs).
+- **B.** What a wrapped call costs over the bare call (the original function object), against
+  what wrapt's own pass-through `FunctionWrapper` (placed as ours is: around the function, or on
+  the class) costs over it, measured side by side in the same rounds: the ratio of the two
+  overheads, per round. Judged with tracing off (no SDK at all: the API's proxy provider), shown
+  with the SDK on under `suppress_instrumentation`. The extra row is a call the target's condition
+  excludes (`ServerClient.post` to a path other than `/run`, the bulk of NeMo Gym's internal
+  POSTs), over the bare call.
 - **C.** `asyncio.gather` of all dispatches on one loop; each dispatch awaits an (instant) model
   call and a verify on a resources-server subclass (reached through its base-class target, rollout
   id from baggage), against the same pipeline with both spans written inline, lean and idiomatic.

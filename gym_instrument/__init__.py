@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gym_instrument import semconv
-from gym_instrument.frameworks import DEFAULT_SCHEMA
 from gym_instrument.instrumentor import GymInstrumentor
 from gym_instrument.plan.call import Call
+from gym_instrument.schema.base import GENERIC
 from gym_instrument.schema.extractors import at_start
 from gym_instrument.target.decorators import RoleDecorator, decorated_roles, decorator
 from gym_instrument.target.target import Target
@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     """``gym_instrument.<role>``: the decorator of a role of the table, made when it is asked for
-    (a role added to the table later has one too)."""
-    found = decorator(name, DEFAULT_SCHEMA)
+    (a role added to the table later has one too). A decorated function is the user's own code: it
+    reads the common field names (the generic schema) unless the decorator is given ``schema=``."""
+    found = decorator(name, GENERIC)
     if found is None:
         raise AttributeError(f"module 'gym_instrument' has no attribute {name!r}")
     return found

@@ -150,15 +150,10 @@ else:
     detach = context.detach
 
 
-def suppressed(current: Context) -> bool:
-    """Whether instrumentation is suppressed in ``current`` (the current context)."""
-    keys = SUPPRESSION_KEYS
-    if keys is None:
-        return not is_instrumentation_enabled()
-    for key in keys:
-        if current.get(key):
-            return True
-    return False
+def suppression_keys() -> tuple[Any, ...] | None:
+    """The context keys whose truthy value means "do not instrument" (None: ask
+    :func:`is_instrumentation_enabled`); the per-call check reads them inline (``Plan.admit``)."""
+    return SUPPRESSION_KEYS
 
 
 def span_of(current: Context) -> Span | None:

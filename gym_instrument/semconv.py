@@ -32,6 +32,10 @@ VERIFY_MASKED: Final = "nemo.gym.verify.masked"
 FAILURE_KIND: Final = "nemo.gym.failure_kind"
 HEALTH_VERDICT: Final = "nemo.gym.health.verdict"
 HEALTH_CHECKS: Final = "nemo.gym.health.checks"
+# How a rollout's reward follows from its verify spans when it has several (a multi-step
+# environment scores every step): on each verify span, one of REWARD_RULES; absent means "last".
+REWARD_RULE: Final = "nemo.gym.rollout.reward_rule"
+REWARD_RULES: Final = ("last", "sum", "max", "first")
 # The rollout framework a dispatch or verify span's target belongs to (a preset's name, or what a
 # declared target says): one dashboard reads several frameworks' spans and can still tell them apart.
 FRAMEWORK: Final = "nemo.gym.framework"

@@ -21,6 +21,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import gym_instrument
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA as NEMO_GYM
 from gym_instrument.tools.replay import replay
 from gym_instrument.tools.report import build_report
 from gym_instrument.tools.report.otlp import ReadStats, Span, read_spans
@@ -157,16 +158,16 @@ def live_spans(instrument: Any, telemetry: Any, run_dir: Path, rollouts_name: st
     """What the live instrumentation makes of the same run: each dispatched row, its verify, the health pass."""
     instrument(targets=[])
 
-    @gym_instrument.verify
+    @gym_instrument.verify(schema=NEMO_GYM)
     def verify(body: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         return result
 
-    @gym_instrument.dispatch
+    @gym_instrument.dispatch(schema=NEMO_GYM)
     def dispatch(row: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         body = {key: value for key, value in row.items() if not key.startswith("_ng_")}  # as NeMo Gym's request models drop them
         return verify(body, result)
 
-    @gym_instrument.health
+    @gym_instrument.health(schema=NEMO_GYM)
     def run_health_checks(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return verdicts
 

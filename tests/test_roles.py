@@ -18,6 +18,7 @@ from opentelemetry.trace import StatusCode
 
 import gym_instrument
 from gym_instrument import semconv
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA
 
 KINDS_SOURCE = """
 import asyncio
@@ -437,7 +438,7 @@ def test_raising_extractor_is_logged_once_and_the_span_still_exports(
     def broken(call: Any) -> dict[str, Any]:
         raise RuntimeError("extractor bug")
 
-    @gym_instrument.dispatch(extractors=[broken, gym_instrument.at_start(broken)])
+    @gym_instrument.dispatch(extractors=[broken, gym_instrument.at_start(broken)], schema=SCHEMA)
     def dispatch(row: Any) -> Any:
         return row
 
@@ -636,6 +637,36 @@ def test_a_role_added_later_gets_its_span_kind_its_open_span_and_its_decorator(
     assert tool.kind is SpanKind.CLIENT
     (graded,) = telemetry.spans("gym.grade")
     assert graded.kind is SpanKind.PRODUCER and graded.attributes["graded"] is True
+
+
+def test_a_role_without_a_span_says_what_its_call_runs_in_and_what_its_result_makes(
+    make_module: Any, instrument: Any, telemetry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A role added later with no span of its own: its context and its child spans are its hooks
+    (spanless_context, emit); the engine is not edited for it."""
+    from opentelemetry import context as otel_context
+
+    from gym_instrument.role import ROLES, Role
+
+    key = otel_context.create_key("test.episode")
+
+    class EpisodeRole(Role):
+        name = "episode"
+        row_names = ("label",)
+
+        def spanless_context(self, call: Any, current: Any, row: Any, files: Any) -> Any:
+            return otel_context.set_value(key, row, current)
+
+        def emit(self, emission: Any, call: Any, result: Any) -> None:
+            tracer = emission.tracer()
+            for item in result:
+                tracer.start_span("test.item", attributes={"item": item}).end()
+
+    monkeypatch.setitem(ROLES, EpisodeRole.name, EpisodeRole())
+    name = make_module("from opentelemetry import context\n\ndef play(label, key):\n    return [context.get_value(key), 'b']\n")
+    instrument(targets=[f"{name}:play=episode"])
+    assert importlib.import_module(name).play("a", key) == ["a", "b"]
+    assert [span.attributes["item"] for span in telemetry.spans("test.item")] == ["a", "b"]
 
 
 def test_a_failing_rule_is_logged_once_per_target_not_once_per_role(

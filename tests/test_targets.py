@@ -334,11 +334,10 @@ def test_decorators(instrument: Any, telemetry: Any) -> None:
 
     @gym_instrument.health
     async def judge(rows: Any) -> Any:
-        return [
-            {"task_index": row["_ng_task_index"], "rollout_index": row["_ng_rollout_index"], "verdict": "healthy"} for row in rows
-        ]
+        return [{"task_index": row["task_index"], "repeat": row["repeat"], "verdict": "healthy"} for row in rows]
 
-    rows = [{"_ng_task_index": 0, "_ng_rollout_index": r, "task_id": "d"} for r in range(2)]
+    # A decorated function is the user's own: the common field names (the generic schema) by default.
+    rows = [{"task_index": 0, "repeat": r, "task_id": "d"} for r in range(2)]
     assert [run(row) for row in rows] == [0.5, 0.5]
     assert len(asyncio.run(judge(rows))) == 2
     dispatches = telemetry.spans(semconv.SPAN_DISPATCH)

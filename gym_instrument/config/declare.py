@@ -62,9 +62,22 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gym_instrument import semconv
 from gym_instrument.frameworks import FRAMEWORKS
 from gym_instrument.schema.base import GENERIC, RolloutSchema
-from gym_instrument.schema.declared import PRESENT, AtStart, AttributeRules, FailureRule, ValueRule
+from gym_instrument.schema.declared import (
+    PRESENT,
+    TEMPLATE_NAMES,
+    VERDICT_NAME_KEYS,
+    AtStart,
+    AttributeRules,
+    Constant,
+    DeclaredVerdictSchema,
+    FailureRule,
+    Template,
+    ValueRule,
+    VerdictRules,
+)
 from gym_instrument.schema.fields import MISSING
 from gym_instrument.schema.paths import FieldPath
 from gym_instrument.target.target import Target
@@ -83,9 +96,12 @@ TARGET_KEYS = (
     "start",
     "end",
     "failure",
+    "verdicts",
+    "reward_rule",
 )
+VERDICT_KEYS = ("items", "task_id", "task_index", "repeat", "attempt", "rollout_id", "verdict", "checks")
 FAILURE_KEYS = ("when", "equals", "error_type")
-RULE_KEYS = ("path", "map", "default", "offset")
+RULE_KEYS = ("path", "map", "default", "offset", "template")
 # What a rule's map and default may hold: the values a TOML or JSON file can give.
 _SCALARS = (str, bool, int, float)
 DOCUMENT_KEYS = ("targets",)
@@ -124,26 +140,46 @@ def _schema(name: Any) -> RolloutSchema:
     return schema
 
 
-def _paths(value: Any, allow_result: bool) -> tuple[FieldPath, ...]:
+def _paths(value: Any, allow_result: bool, in_record: bool = False) -> tuple[FieldPath, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items:
         raise ValueError(f"expected a path or a list of paths, got {value!r}")
     paths = tuple(FieldPath(item) for item in items)
     for path in paths:
-        if path.root == "result" and not allow_result:
-            raise ValueError(f"path {path.text!r}: the result is not known when the span starts (use end)")
+        _check_root(path, allow_result, in_record)
     return paths
 
 
-def _value_rule(value: Any, allow_result: bool) -> ValueRule:
+def _check_root(path: FieldPath, allow_result: bool, in_record: bool) -> None:
+    if in_record and path.root != "item":
+        raise ValueError(f"path {path.text!r}: a verdict record's fields start with item (the record)")
+    if path.root == "item" and not in_record:
+        raise ValueError(f"path {path.text!r}: item is a verdict record, only in verdicts")
+    if path.root == "result" and not allow_result:
+        raise ValueError(f"path {path.text!r}: the result is not known when the span starts (use end)")
+
+
+def _template(value: Any, allow_result: bool, in_record: bool) -> Template:
+    template = Template(value)
+    for part in template.parts[1::2]:
+        if isinstance(part, FieldPath):
+            _check_root(part, allow_result, in_record)
+    return template
+
+
+def _value_rule(value: Any, allow_result: bool, in_record: bool = False) -> ValueRule:
     if not isinstance(value, Mapping):
-        return ValueRule(_paths(value, allow_result))
+        return ValueRule(_paths(value, allow_result, in_record))
     unknown = [key for key in value if key not in RULE_KEYS]
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(RULE_KEYS)}")
+    if "template" in value:
+        if len(value) > 1:
+            raise ValueError("template: a value composed of others takes no path, map, default or offset")
+        return ValueRule((), template=_template(value["template"], allow_result, in_record))
     if "path" not in value:
-        raise ValueError("a rule table needs path (a path or a list of paths)")
-    paths = _paths(value["path"], allow_result)
+        raise ValueError("a rule table needs path (a path or a list of paths) or template")
+    paths = _paths(value["path"], allow_result, in_record)
     value_map = value.get("map")
     if value_map is not None:
         if not isinstance(value_map, Mapping) or not value_map:
@@ -179,7 +215,61 @@ def _rules(value: Any, allow_result: bool, where: str, skip: Skip | None) -> Att
             if skip is None:
                 raise
             skip(f"{where}: {error}; this rule is dropped, the target's other rules apply")
+    rules.sort(key=lambda rule: rule[1].template is not None)  # templates last: they read the others
     return AttributeRules(tuple(rules), at_start=not allow_result, where=where) if rules else None
+
+
+def _verdicts(value: Any, where: str) -> VerdictRules:
+    if not isinstance(value, Mapping):
+        raise ValueError("expected a table: items, rollout_id (or task_index and repeat), verdict, checks")
+    unknown = [key for key in value if key not in VERDICT_KEYS]
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(VERDICT_KEYS)}")
+    if "verdict" not in value:
+        raise ValueError("needs verdict (a path in the record, e.g. item.verdict; a table with map to rename values)")
+    if "rollout_id" not in value and not ("task_index" in value and "repeat" in value):
+        raise ValueError("needs rollout_id, or task_index and repeat: what names the rollout a record judges")
+
+    def rule(key: str) -> ValueRule:
+        try:
+            return _value_rule(value[key], False, in_record=True)
+        except ValueError as error:
+            raise ValueError(f"{key}: {error}") from None
+
+    items = None
+    if "items" in value:
+        try:
+            items = FieldPath(_text(value["items"]))
+            if items.root != "result":
+                raise ValueError(f"path {items.text!r}: the records are in the result (result or result.NAME...)")
+        except ValueError as error:
+            raise ValueError(f"items: {error}") from None
+    names = [(attribute, rule(key)) for key, attribute in VERDICT_NAME_KEYS.items() if key in value]
+    names.sort(key=lambda item: item[1].template is not None)
+    declared = {attribute for attribute, _ in names}
+    for attribute, named in names:
+        template = named.template
+        if template is None:
+            continue
+        for part in template.parts[1::2]:
+            if isinstance(part, str) and part not in declared:
+                key = next(key for key, known in VERDICT_NAME_KEYS.items() if known == attribute)
+                short = next(short for short, known in TEMPLATE_NAMES.items() if known == part)
+                raise ValueError(f"{key}: template {template.text!r} names {{{short}}}, which verdicts does not declare")
+    checks, check_field = None, None
+    if "checks" in value:
+        spec = value["checks"]
+        if isinstance(spec, Mapping) and "field" in spec:
+            check_field = _text(spec["field"])
+            spec = {key: item for key, item in spec.items() if key != "field"}
+        checks = ValueRule(_paths(spec.get("path") if isinstance(spec, Mapping) else spec, False, in_record=True))
+    return VerdictRules(items, tuple(names), rule("verdict"), checks, check_field, where)
+
+
+def _reward_rule(value: Any) -> Constant:
+    if value not in semconv.REWARD_RULES:
+        raise ValueError(f"expected one of {', '.join(semconv.REWARD_RULES)}, got {value!r}")
+    return Constant(((semconv.REWARD_RULE, value),))
 
 
 def _failure(value: Any) -> FailureRule:
@@ -267,7 +357,13 @@ def target_from_mapping(spec: Any, skip: Skip | None = None) -> Target:
         "start": lambda value: _rules(value, False, f"{label}: start", skip),
         "end": lambda value: _rules(value, True, f"{label}: end", skip),
         "failure": _failure,
+        "verdicts": lambda value: _verdicts(value, label),
+        "reward_rule": _reward_rule,
     }
+    only = {"verdicts": semconv.ROLE_HEALTH, "reward_rule": semconv.ROLE_VERIFY}
+    for key, role in only.items():
+        if key in spec and spec["role"] != role:
+            raise ValueError(f"{label}: {key}: applies to a {role} target, not to a {spec['role']!r} one")
     read: dict[str, Any] = {}
     for key, reader in readers.items():
         if key in spec:
@@ -285,7 +381,11 @@ def target_from_mapping(spec: Any, skip: Skip | None = None) -> Target:
         *((read["start"],) if read.get("start") is not None else ()),
         *((read["end"],) if read.get("end") is not None else ()),
         *((read["failure"],) if "failure" in read else ()),
+        *((read["reward_rule"],) if "reward_rule" in read else ()),
     )
+    schema = read.get("schema")
+    if "verdicts" in read:
+        schema = DeclaredVerdictSchema(schema if schema is not None else GENERIC, read["verdicts"])
     return Target(
         spec["path"],
         spec["role"],
@@ -294,7 +394,7 @@ def target_from_mapping(spec: Any, skip: Skip | None = None) -> Target:
         extractors=extractors,
         default_extractors=read.get("defaults", True),
         optional=read.get("optional", False),
-        schema=read.get("schema"),
+        schema=schema,
         framework=read.get("framework"),
     )
 

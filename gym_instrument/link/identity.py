@@ -50,12 +50,3 @@ class RolloutIdentity:
         self.rollout_id = rollout_id
         self.custom_id = custom_id
         self.agent_name = agent_name
-
-
-def named_identity(identity: RolloutIdentity | None, rollout_id: str) -> RolloutIdentity:
-    """``identity`` (or an empty one) named by ``rollout_id``: an extractor's rollout id at the start."""
-    if identity is None:
-        identity = RolloutIdentity()
-    identity.rollout_id = rollout_id
-    identity.custom_id = parse_index_form(rollout_id) is None
-    return identity

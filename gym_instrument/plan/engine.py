@@ -56,10 +56,6 @@ class Engine:
         self.setup.remembers = True
 
     @property
-    def recorder(self) -> Recorder:
-        return self.setup.recorder
-
-    @property
     def links(self) -> DispatchLinks:
         return self.setup.links
 

@@ -24,14 +24,15 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from opentelemetry import context
+from opentelemetry import context, trace
 from opentelemetry.context import Context
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Span
 
 from gym_instrument import compat, semconv
 from gym_instrument.compat import attach, detach
 from gym_instrument.link.files import RUN_OUTPUT_KEY
-from gym_instrument.link.identity import RolloutIdentity, named_identity
+from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.plan.call import ArgLocator, Call
 from gym_instrument.plan.engine import ENGINE, Setup
 from gym_instrument.record.failures import FAILURES
@@ -39,7 +40,8 @@ from gym_instrument.record.spans import end_failed, end_span
 from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Role
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.extractors import Extractor, run_extractors, runs_at_start
-from gym_instrument.schema.fields import MISSING, rollout_id_string
+from gym_instrument.schema.fields import MISSING
+from gym_instrument.schema.rules import declared_identity
 
 # The object (instance, or function without one) of the gym call of a role running in a context,
 # kept under the role's own key in the context the call attaches: a nested call of the same role
@@ -66,6 +68,7 @@ def _guard_key(role: Role) -> str:
 
 
 _CANCELLATION = (asyncio.CancelledError, GeneratorExit)
+_SUPPRESSION_KEYS = compat.suppression_keys()
 
 _NO_CONTEXT = Context()  # an Active's until Plan.start gives it its own (a Context is never changed in place)
 
@@ -91,10 +94,8 @@ class Plan:
         "function",
         "function_guard",
         "guard_key",
-        "isolates",
         "locator",
         "makes_call",
-        "names_run",
         "open_span",
         "reads_result",
         "remembers",
@@ -156,9 +157,8 @@ class Plan:
         self.counts_reward = role.counts_reward
         self.carries_rollout_id = role.carries_rollout_id
         self.remembers = role.remembers_dispatch
-        self.emits = role.emits_child_spans
-        self.isolates = role.isolates
-        self.names_run = role.names_run
+        # A role without a span whose calls' results become child spans (it overrides emit).
+        self.emits = not self.spans and type(role).emit is not Role.emit
 
     def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
         """The user's extractors, and whether the role's own attribute rules apply (a second
@@ -183,11 +183,24 @@ class Plan:
             return None
         try:
             recorder = ENGINE.setup.recorder
-            if recorder.cached_tracer is None and recorder.tracer() is None:
-                return None
+            if recorder.cached_tracer is None:
+                # No SDK: Recorder.tracer()'s first test, read here without the call (most of a
+                # call's cost with tracing off).
+                global_provider = recorder.global_provider
+                if global_provider is not None and getattr(trace, global_provider, trace) is None:
+                    return None
+                if recorder.tracer() is None:
+                    return None
             current = compat.current_context()
-            if compat.suppressed(current):
-                return None
+            # Suppressed instrumentation: a truthy value under one of the API's keys.
+            keys = _SUPPRESSION_KEYS
+            if keys is None:
+                if not is_instrumentation_enabled():
+                    return None
+            else:
+                for key in keys:
+                    if current.get(key):
+                        return None
             for locator, expected in self.conditions:
                 value = locator.find(instance, args, kwargs)
                 if type(value) is not type(expected) or value != expected:
@@ -205,7 +218,7 @@ class Plan:
         attached. None when the call is not the role's (a relay) or starting failed: it runs untouched."""
         role = self.role
         setup = ENGINE.setup
-        span = rollout_id = run_output = None
+        span = rollout_id = spanless = None
         try:
             recorder = setup.recorder
             tracer = recorder.cached_tracer or recorder.tracer()
@@ -233,32 +246,28 @@ class Plan:
                 if self.start_extractors:
                     run_extractors(self.start_extractors, call, attributes, self.where)
                     if self.carries_rollout_id:
-                        # An extractor's rollout id names the rollout, baggage included (extract's convention).
-                        extracted = rollout_id_string(attributes.get(semconv.ROLLOUT_ID))
-                        if extracted is not None and extracted != rollout_id:
-                            rollout_id = extracted
-                            active.identity = named_identity(active.identity, extracted)
+                        # What the start rules and extractors name the rollout by (its id, its indices)
+                        # names it, baggage and its health verdict's link included (extract's convention).
+                        active.identity = declared_identity(active.identity, attributes)
+                        if active.identity is not None:
+                            rollout_id = active.identity.rollout_id
                 if self.remembers:
                     active.output = current.get(RUN_OUTPUT_KEY)  # type: ignore[assignment]  # the run it belongs to, for its persisted link
                 if self.direct and (setup.job is None or not self.ties_to_job):
                     span = active.span = tracer.start_span(self.span_name, current, self.span_kind, attributes)  # type: ignore[arg-type]  # (a role with a span has its name)
                 else:
                     span = active.span = self.open_span(self, tracer, setup.job, current, attributes)
-            elif self.emits or self.names_run:
+            else:  # no span: the role says what its call runs in
                 row = self.find_row(instance, args, kwargs)
                 active.row = None if row is MISSING else row
-                if self.names_run:
-                    run_output = role.run_output(self, active.row, setup.link_files)
+                spanless = role.spanless_context(self, current, active.row, setup.link_files)
         except Exception:
             FAILURES.failed(f"the start of the {self.role_name} role", self.where)
             return None
         guard_key, guard = self.guard_key, self.function_guard if instance is None else id(instance)
         try:
-            if self.isolates:
-                active.ctx = Context({guard_key: guard})
-            elif run_output is not None:
-                run_ctx = compat.with_values(current, None, None, RUN_OUTPUT_KEY, run_output)
-                active.ctx = compat.with_values(run_ctx, None, None, guard_key, guard)
+            if spanless is not None:
+                active.ctx = compat.with_values(spanless, None, None, guard_key, guard)
             elif rollout_id is None:
                 active.ctx = compat.with_values(current, span, None, guard_key, guard)
             elif setup.propagate_baggage:
@@ -353,20 +362,21 @@ class Active:
                 outcome = tallies.error
             elif exception is None:
                 span.end()
-                if plan.remembers:
-                    identity = self.identity
-                    # identity None: the row could not be read, and nothing names the rollout.
-                    if identity is not None:
-                        span_context = span.get_span_context()
-                        if setup.remembers:
-                            setup.links.remember(span_context, identity)
-                        if setup.link_files is not None:  # for a health pass in another process
-                            setup.link_files.persist(span_context, identity, self.output)
                 outcome = tallies.ok
             else:
                 cancelled = isinstance(exception, _CANCELLATION)
                 end_span(span, exception, cancelled)
                 outcome = tallies.cancelled if cancelled else tallies.error
+            if plan.remembers:
+                # Remembered however it ended: a health pass judges failed rollouts too.
+                identity = self.identity
+                # identity None: the row could not be read, and nothing names the rollout.
+                if identity is not None:
+                    span_context = span.get_span_context()
+                    if setup.remembers:
+                        setup.links.remember(span_context, identity)
+                    if setup.link_files is not None:  # for a health pass in another process
+                        setup.link_files.persist(span_context, identity, self.output)
             if plan.counts_reward and attributes and semconv.ROLLOUT_REWARD in attributes:
                 next(tallies.rewarded)  # (Tally: one C-level call, read by the observable counter)
             if plan.counts_outcome:

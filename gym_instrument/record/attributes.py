@@ -59,20 +59,6 @@ def clean_value(value: Any) -> Any:
 def clean_attributes(attributes: Mapping[str, Any], into: dict[str, Any]) -> None:
     """Copy the attributes that fit into ``into``; drop (with a debug line) those that do not."""
     for key, value in attributes.items():
-        kind = type(value)
-        if (
-            type(key) is str
-            and key.isascii()
-            and key
-            and (
-                kind is bool
-                or kind is float
-                or (kind is str and value.isascii())
-                or (kind is int and _INT64_MIN <= value <= _INT64_MAX)
-            )
-        ):
-            into[key] = value  # the usual case, already valid and encodable: copied as is
-            continue
         if not isinstance(key, str) or not key:
             continue
         cleaned = clean_value(value)

@@ -26,6 +26,9 @@ class Recorder:
         self.cached_tracer: trace.Tracer | None = None  # once resolved
         self.tallies = tallies_for(meter_provider)
         self._provider_from_environment = OTEL_PYTHON_TRACER_PROVIDER in os.environ
+        # Whether "no SDK" is known from the API's global-provider attribute alone (None: it is not):
+        # read as ``getattr(trace, recorder.global_provider) is None``, in tracer() and Plan.admit.
+        self.global_provider = PROVIDER_ATTRIBUTE if tracer_provider is None and not self._provider_from_environment else None
 
     # -- tracing -------------------------------------------------------------------------------
 
@@ -34,12 +37,8 @@ class Recorder:
         tracer = self.cached_tracer
         if tracer is not None:
             return tracer
-        if (
-            self._tracer_provider is None
-            and not self._provider_from_environment
-            and PROVIDER_ATTRIBUTE is not None  # the API's global-provider attribute, probed in compat
-            and getattr(trace, PROVIDER_ATTRIBUTE, trace) is None
-        ):
+        global_provider = self.global_provider
+        if global_provider is not None and getattr(trace, global_provider, trace) is None:
             # No global provider is set yet: known without get_tracer_provider(), which reads
             # os.environ on every call until one is set (most of a call's cost with no SDK).
             return None

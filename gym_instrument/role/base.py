@@ -100,10 +100,10 @@ class Role:
     counts_reward = False  # gym.rollout.rewarded_total, when the span got a reward
     remembers_dispatch = False  # the ended span is remembered for its health verdict
     uses_links = False  # its calls look up remembered dispatches: remember them while such a target can run
-    emits_child_spans = False  # the result (or each item a generator yields) is turned into child spans (emit)
-    isolates = False  # the call runs in an empty context
     ties_to_job = False  # a root span is tied to the job context the process was started with (TRACEPARENT)
-    names_run = False  # the call runs a whole run: its dispatches persist their links beside its output (run_output)
+    # What else a role does is a hook it overrides (the engine asks which, once per wrapped function):
+    # emit (child spans from a result), spanless_context (the context a role without a span runs its
+    # call in), on_success (attributes from a result).
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and
@@ -141,13 +141,15 @@ class Role:
             return tracer.start_span(name, context=current, kind=self.span_kind, attributes=attributes, links=job.links)
         return tracer.start_span(name, context=current, kind=self.span_kind, attributes=attributes)
 
-    def run_output(self, call: RoleCall, row: Any, files: LinkFiles | None) -> str | None:
-        """``names_run`` roles: the output file of the run the call runs (its dispatches' links go beside it)."""
-        return None
+    def spanless_context(self, call: RoleCall, current: Context, row: Any, files: LinkFiles | None) -> Context:
+        """A role without a span: the context its call runs in (the engine adds its own guard to it).
+        Default: the caller's."""
+        return current
 
     def on_success(self, call: RoleCall, row: Any, result: Any) -> dict[str, Any]:
         """The span's attributes from a returned result (the role's own rules are on)."""
         return {}
 
     def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
-        """Child spans from a result (``emits_child_spans`` roles), or from each item a generator yields."""
+        """Child spans from a result, or from each item a generator yields (a role without a span that
+        overrides this; the call's end makes no span of its own)."""

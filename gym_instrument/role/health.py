@@ -19,7 +19,8 @@ from gym_instrument import semconv
 from gym_instrument.compat import parents_in
 from gym_instrument.link.memory import DispatchLink, DispatchLinks
 from gym_instrument.role.base import Emission, Role, RoleCall
-from gym_instrument.schema.base import RolloutSchema, VerdictName
+from gym_instrument.schema.base import RolloutSchema
+from gym_instrument.schema.rules import VerdictName
 
 _VERDICT_ATTRIBUTES = {verdict: {"verdict": verdict} for verdict in (*semconv.KNOWN_VERDICTS, semconv.VERDICT_OTHER)}
 
@@ -120,7 +121,6 @@ class HealthRole(Role):
 
     name = semconv.ROLE_HEALTH
     row_names = ("rollout_paths",)
-    emits_child_spans = True
     uses_links = True
 
     def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:

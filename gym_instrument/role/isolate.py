@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from opentelemetry.context import Context
+
 from gym_instrument import semconv
-from gym_instrument.role.base import Role
+from gym_instrument.link.files import LinkFiles
+from gym_instrument.role.base import Role, RoleCall
 
 
 class IsolateRole(Role):
@@ -17,4 +22,6 @@ class IsolateRole(Role):
 
     name = semconv.ROLE_ISOLATE
     decorated = False
-    isolates = True
+
+    def spanless_context(self, call: RoleCall, current: Context, row: Any, files: LinkFiles | None) -> Context:
+        return Context()  # empty: the request is traced from its own headers

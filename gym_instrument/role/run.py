@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from opentelemetry import context
+from opentelemetry.context import Context
+
 from gym_instrument import semconv
-from gym_instrument.link.files import LinkFiles
+from gym_instrument.link.files import RUN_OUTPUT_KEY, LinkFiles
 from gym_instrument.role.base import Role, RoleCall
 
 
@@ -21,11 +24,11 @@ class RunRole(Role):
     name = semconv.ROLE_RUN
     decorated = False
     row_names = ("config",)
-    names_run = True
 
-    def run_output(self, call: RoleCall, row: Any, files: LinkFiles | None) -> str | None:
-        """The output file the run writes (None: unknown); records a merge of shards into it."""
+    def spanless_context(self, call: RoleCall, current: Context, row: Any, files: LinkFiles | None) -> Context:
+        """The caller's context naming the output file the run writes (unknown: unchanged), for its
+        dispatches' persisted links; a merge of shards into it is recorded."""
         output, sources = call.schema.run_files(row)
         if files is not None and output is not None and sources:
             files.record_merge(output, [source for source in sources if source != output])
-        return output
+        return current if output is None else context.set_value(RUN_OUTPUT_KEY, output, current)

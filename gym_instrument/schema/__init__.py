@@ -9,7 +9,7 @@ no framework's field names.
 """
 
 from gym_instrument.link.identity import RolloutIdentity, index_form, parse_index_form
-from gym_instrument.schema.base import GENERIC, RolloutSchema, VerdictFacts, VerdictName
+from gym_instrument.schema.base import GENERIC, GenericSchema, RolloutSchema
 from gym_instrument.schema.extractors import Extractor, at_start
 from gym_instrument.schema.fields import (
     MISSING,
@@ -23,6 +23,8 @@ from gym_instrument.schema.fields import (
     task_id_of,
 )
 from gym_instrument.schema.rules import (
+    VerdictFacts,
+    VerdictName,
     checks_of,
     identity_attributes,
     numeric_reward,
@@ -34,6 +36,7 @@ __all__ = [
     "GENERIC",
     "MISSING",
     "Extractor",
+    "GenericSchema",
     "RolloutIdentity",
     "RolloutSchema",
     "VerdictFacts",

@@ -11,13 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gym_instrument.link.identity import RolloutIdentity
-from gym_instrument.schema.rules import outcome_attributes, verdict_attributes
-
-# What names the dispatch a verdict belongs to: (rollout id, task index, rollout index), any may be None.
-VerdictName = tuple["str | None", "int | None", "int | None"]
-# A verdict as the health role reads it: its name and its span's attributes.
-VerdictFacts = tuple[VerdictName, dict[str, Any]]
+from gym_instrument.link.identity import RolloutIdentity, index_form, parse_index_form
+from gym_instrument.schema.fields import MISSING, field, index_value, is_a, rollout_id_string, task_id_of
+from gym_instrument.schema.rules import VerdictFacts, checks_of, numeric_reward, outcome_attributes, verdict_attributes
 
 
 class RolloutSchema:
@@ -68,5 +64,84 @@ class RolloutSchema:
         return [((None, None, None), verdict_attributes(None, [])) for _ in verdicts]
 
 
-GENERIC = RolloutSchema()
-"""The schema of a target whose framework needs no rules of its own: only declared rules apply."""
+def _first(row: Any, names: tuple[str, ...]) -> Any:
+    for name in names:
+        value = field(row, name)
+        if value is not MISSING and value is not None:
+            return value
+    return MISSING
+
+
+class GenericSchema(RolloutSchema):
+    """The common field names of a loop nobody wrote rules for, the schema of a target or decorator
+    that names none: a row's ``task_id``, ``task_index``, ``repeat`` (else ``rollout_index``),
+    ``attempt`` and ``rollout_id`` (else the index form of the two indices); a verify request's
+    ``rollout_id``; a verify result that is a number, or its ``reward``; a health result that is a
+    list of records (or has one as ``rollouts`` or ``verdicts``), each naming its rollout by
+    ``rollout_id`` or ``task_index`` + ``repeat``, with a ``verdict`` (a bool: healthy/unhealthy)
+    and ``checks`` (strings, or records with a ``check`` or ``name``)."""
+
+    name = "generic"
+
+    def identity(self, row: Any) -> RolloutIdentity:
+        if row is None or is_a(row, (str, bytes, int, float)):
+            return RolloutIdentity()
+        task_index = index_value(field(row, "task_index"))
+        rollout_index = index_value(_first(row, _REPEAT_FIELDS))
+        attempt = index_value(field(row, "attempt"))
+        rollout_id = rollout_id_string(field(row, "rollout_id"))
+        custom_id = False
+        if rollout_id is not None:
+            custom_id = parse_index_form(rollout_id) is None
+        elif task_index is not None and rollout_index is not None:
+            rollout_id = index_form(task_index, rollout_index, attempt)
+        return RolloutIdentity(task_id_of(row, ("task_id",)), task_index, rollout_index, attempt, rollout_id, custom_id)
+
+    def request_rollout_id(self, request: Any) -> str | None:
+        if request is None or is_a(request, (str, bytes, int, float)):
+            return None
+        return rollout_id_string(field(request, "rollout_id"))
+
+    def result_attributes(self, result: Any) -> dict[str, Any]:
+        if numeric_reward(result) is not None:
+            return outcome_attributes(result, None, None)
+        if result is None or is_a(result, (str, bytes)):
+            return {}
+        return outcome_attributes(field(result, "reward"), None, None)
+
+    def verdicts(self, result: Any) -> Sequence[Any]:
+        if is_a(result, (list, tuple)):
+            return result  # type: ignore[no-any-return]
+        if result is None or is_a(result, (str, bytes)):
+            return ()
+        for name in ("rollouts", "verdicts"):
+            records = field(result, name)
+            if is_a(records, (list, tuple)):
+                return records  # type: ignore[no-any-return]
+        return (result,) if field(result, "verdict") is not MISSING else ()
+
+    def verdict_facts(self, verdicts: Sequence[Any]) -> list[VerdictFacts]:
+        facts: list[VerdictFacts] = []
+        for record in verdicts:
+            try:
+                verdict = field(record, "verdict")
+                if type(verdict) is bool:
+                    verdict = "healthy" if verdict else "unhealthy"
+                checks = field(record, "checks")
+                names = checks_of(checks, None) or checks_of(checks, "check") or checks_of(checks, "name")
+                name = (
+                    rollout_id_string(field(record, "rollout_id")),
+                    index_value(field(record, "task_index")),
+                    index_value(_first(record, _REPEAT_FIELDS)),
+                )
+                facts.append((name, verdict_attributes(verdict, names)))
+            except Exception:  # a record that cannot be read names no rollout
+                facts.append(((None, None, None), verdict_attributes(None, [])))
+        return facts
+
+
+_REPEAT_FIELDS = ("repeat", "rollout_index")
+
+GENERIC = GenericSchema()
+"""The schema of a target or decorator that names none (and of ``schema = "generic"``): the common
+field names above; declared rules and extractors add to it or replace it."""

@@ -13,18 +13,83 @@ otherwise silent. After those calls the rules are not watched (one test per call
 from __future__ import annotations
 
 import logging
+import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gym_instrument import semconv
+from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.fields import MISSING, rollout_id_string
 from gym_instrument.schema.paths import CallView, FieldPath
-from gym_instrument.schema.rules import convert
+from gym_instrument.schema.rules import VerdictFacts, checks_of, convert, verdict_attributes
 
 _LOG = logging.getLogger("gym_instrument")
 WATCHED_CALLS = 20  # calls of a target during which its rules' paths are watched
+
+
+# A template's short names: the identity attributes of the same table (or verdict record).
+TEMPLATE_NAMES = {
+    "task_id": semconv.TASK_ID,
+    "task_index": semconv.TASK_INDEX,
+    "repeat": semconv.ROLLOUT_REPEAT,
+    "attempt": semconv.ROLLOUT_ATTEMPT,
+}
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+class Template:
+    """A value composed of several: ``"{task_id}-{repeat}"``. A placeholder is a short name of
+    :data:`TEMPLATE_NAMES` (that attribute as the same rules read it) or a path; the value is
+    absent when any placeholder has no string or int value."""
+
+    __slots__ = ("parts", "text")
+
+    def __init__(self, text: Any) -> None:
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"template: expected a non-empty string, got {text!r}")
+        parts: list[Any] = []
+        position = 0
+        for match in _PLACEHOLDER.finditer(text):
+            parts.append(text[position : match.start()])
+            name = match.group(1).strip()
+            parts.append(TEMPLATE_NAMES[name] if name in TEMPLATE_NAMES else FieldPath(name))
+            position = match.end()
+        parts.append(text[position:])
+        if len(parts) == 1:
+            raise ValueError(f"template {text!r} has no {{placeholder}}; expected e.g. '{{task_id}}-{{repeat}}'")
+        if any("{" in part or "}" in part for part in parts[0::2]):
+            raise ValueError(f"template {text!r}: unbalanced braces")
+        self.text = text
+        self.parts = tuple(parts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Template) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Template({self.text!r})"
+
+    def render(self, call: CallView, attributes: Mapping[str, Any]) -> Any:
+        """The composed string, or MISSING when a placeholder has no value."""
+        pieces = []
+        for number, part in enumerate(self.parts):
+            if not number & 1:
+                pieces.append(part)
+                continue
+            value = part.read(call) if isinstance(part, FieldPath) else attributes.get(part, MISSING)
+            kind = type(value)
+            if kind is str and value:
+                pieces.append(value)
+            elif kind is int:
+                pieces.append(str(value))
+            else:
+                return MISSING
+        return "".join(pieces)
 
 
 @dataclass(frozen=True)
@@ -41,9 +106,24 @@ class ValueRule:
     value_map: Mapping[str, Any] | None = None
     default: Any = MISSING
     offset: int = 0
+    template: Template | None = None  # instead of paths: a value composed of several (read last)
 
     def __hash__(self) -> int:  # the map is a dict: hashed by what else names the rule
-        return hash((self.paths, self.offset))
+        return hash((self.paths, self.offset, self.template))
+
+    def read(self, call: CallView, attributes: Mapping[str, Any]) -> Any:
+        """The rule's value for one call, before its SPEC conversion: the first path that has one
+        (after the map and the offset), or the template; MISSING when none has."""
+        if self.template is not None:
+            return self.template.render(call, attributes)
+        for path in self.paths:
+            value = path.read(call)
+            if value is MISSING or value is None:
+                continue
+            value = self.adjust(value)
+            if value is not MISSING and value is not None:
+                return value
+        return MISSING
 
     def adjust(self, value: Any) -> Any:
         """``value`` after the map and the offset; MISSING when the map has no entry and no default."""
@@ -99,6 +179,15 @@ class AttributeRules:
         watch = self.watch
         resolved: list[int] | None = [] if watch is not None and watch.silent else None
         for number, (name, rule) in enumerate(self.rules):
+            if rule.template is not None:  # (templates come last: they read the attributes above)
+                value = rule.template.render(call, attributes)
+                if value is not MISSING:
+                    if resolved is not None:
+                        resolved.append(number)
+                    converted = convert(name, value)
+                    if converted is not None:
+                        attributes[name] = converted
+                continue
             for path in rule.paths:
                 value = path.read(call)
                 if value is MISSING or value is None:
@@ -128,7 +217,7 @@ class AttributeRules:
             silent, watch.silent = sorted(watch.silent), set()
         for number in silent:
             name, rule = self.rules[number]
-            reached = []
+            reached = [f"template {rule.template.text!r} (a placeholder had no value)"] if rule.template else []
             for path in rule.paths:
                 part = path.resolved_part(call)
                 reached.append(f"{path.text!r} (" + (f"resolves up to {part!r})" if part else "nothing resolves)"))
@@ -182,3 +271,164 @@ class AtStart:
 
     def __call__(self, call: CallView) -> Any:
         return self.extractor(call)
+
+
+@dataclass(frozen=True)
+class Constant:
+    """An extractor from data: the same attributes on every span of its target, at the start
+    (``reward_rule`` of a verify target)."""
+
+    attributes: tuple[tuple[str, Any], ...]
+
+    __gym_at_start__ = True
+
+    def __call__(self, call: CallView) -> dict[str, Any]:
+        return dict(self.attributes)
+
+
+class _RecordView:
+    """What a verdict record's paths read: ``item`` is the record (``result`` the health result)."""
+
+    __slots__ = ("item", "result")
+
+    row = None
+    instance = None
+
+    def __init__(self, item: Any, result: Any) -> None:
+        self.item = item
+        self.result = result
+
+    def argument(self, name: str) -> Any:
+        return MISSING
+
+
+# The attributes that name a verdict's rollout, in the order they are read (a template last).
+VERDICT_NAME_KEYS = {
+    "task_id": semconv.TASK_ID,
+    "task_index": semconv.TASK_INDEX,
+    "repeat": semconv.ROLLOUT_REPEAT,
+    "attempt": semconv.ROLLOUT_ATTEMPT,
+    "rollout_id": semconv.ROLLOUT_ID,
+}
+
+
+class _Keyed:
+    """A record of a mapping ``id -> record``: its key names its rollout unless a rule says otherwise."""
+
+    __slots__ = ("key", "record")
+
+    def __init__(self, key: Any, record: Any) -> None:
+        self.key = key
+        self.record = record
+
+
+@dataclass(frozen=True)
+class VerdictRules:
+    """What a health function's result is, declared (``verdicts`` of a health target): where its
+    records are (``items``: a path to a list of records or a mapping id -> record; None: the result
+    itself), what in each names its rollout (rollout id, or task index + repeat, a template of them
+    included), its verdict (a rule, a map included) and its checks (a path to a list of strings, or
+    of records with ``check_field``). A result or record that yields no verdict is logged once."""
+
+    items: FieldPath | None
+    names: tuple[tuple[str, ValueRule], ...]
+    verdict: ValueRule
+    checks: ValueRule | None
+    check_field: str | None
+    where: str
+    warned: set[str] = field(default_factory=set, compare=False, repr=False)
+
+    def _warn(self, what: str, message: str, *args: Any) -> None:
+        if what in self.warned:
+            return
+        self.warned.add(what)
+        _LOG.warning("gym_instrument: %s: verdicts: " + message, self.where, *args)
+
+    def records(self, result: Any) -> list[Any]:
+        """The records of a health result (a mapping's as :class:`_Keyed`); none, once logged, when
+        ``items`` finds no list or mapping."""
+        value = result if self.items is None else self.items.read(_RecordView(MISSING, result))
+        if isinstance(value, (list, tuple)):
+            return [*value]
+        if isinstance(value, Mapping):
+            return [_Keyed(key, record) for key, record in value.items()]
+        self._warn(
+            "records",
+            "%r is %s, not a list of records or a mapping id -> record; no health span is made",
+            self.items.text if self.items is not None else "the result",
+            "absent" if value is MISSING else type(value).__name__,
+        )
+        return []
+
+    def facts(self, records: Sequence[Any]) -> list[VerdictFacts]:
+        """For each record, what names its dispatch and its health span's attributes."""
+        facts: list[VerdictFacts] = []
+        for record in records:
+            key = None
+            if isinstance(record, _Keyed):
+                key, record = record.key, record.record
+            view = _RecordView(record, MISSING)
+            read: dict[str, Any] = {}
+            try:
+                for attribute, rule in self.names:
+                    value = convert(attribute, rule.read(view, read))
+                    if value is not None:
+                        read[attribute] = value
+                verdict = self.verdict.read(view, read)
+                if type(verdict) is bool:
+                    verdict = "healthy" if verdict else "unhealthy"
+                checks: list[str] = []
+                if self.checks is not None:
+                    checks = checks_of(self.checks.read(view, read), self.check_field)
+            except Exception:
+                verdict, checks = MISSING, []
+            rollout_id = read.get(semconv.ROLLOUT_ID)
+            if rollout_id is None and key is not None:
+                rollout_id = rollout_id_string(key) if not isinstance(key, int) else None
+            name = (rollout_id, read.get(semconv.TASK_INDEX), read.get(semconv.ROLLOUT_REPEAT))
+            if verdict is MISSING or verdict is None:
+                self._warn("verdict", "a record has no verdict (%s): %s", self.verdict_text, _shape(record))
+            elif name == (None, None, None):
+                self._warn("name", "a record names no rollout (no rollout id, task index + repeat): %s", _shape(record))
+            facts.append((name, verdict_attributes(verdict, checks)))
+        return facts
+
+    @property
+    def verdict_text(self) -> str:
+        return ", ".join(path.text for path in self.verdict.paths)
+
+
+def _shape(record: Any) -> str:
+    """What a record holds, for a message: its type and its keys (never its values)."""
+    if isinstance(record, Mapping):
+        return f"a {type(record).__name__} with keys {sorted(map(str, record))[:12]}"
+    return f"a {type(record).__name__}"
+
+
+class DeclaredVerdictSchema(RolloutSchema):
+    """A health target's schema with its verdicts declared (``verdicts`` in the declarative form):
+    everything else is read by ``base``."""
+
+    def __init__(self, base: RolloutSchema, rules: VerdictRules) -> None:
+        self.base = base
+        self.rules = rules
+        self.name = base.name
+        self.framework_spans = base.framework_spans
+
+    def identity(self, row: Any) -> RolloutIdentity:
+        return self.base.identity(row)
+
+    def request_rollout_id(self, request: Any) -> str | None:
+        return self.base.request_rollout_id(request)
+
+    def verify_attributes(self, request: Any, result: Any) -> dict[str, Any]:
+        return self.base.verify_attributes(request, result)
+
+    def run_files(self, config: Any) -> tuple[str | None, list[str]]:
+        return self.base.run_files(config)
+
+    def verdicts(self, result: Any) -> Sequence[Any]:
+        return self.rules.records(result)
+
+    def verdict_facts(self, verdicts: Sequence[Any]) -> list[VerdictFacts]:
+        return self.rules.facts(verdicts)

@@ -1,5 +1,6 @@
-"""Field paths of the declarative form: ``row``, ``arg.NAME``, ``self`` or ``result``, then
-``.field``, ``[N]`` and ``.*`` steps. Nothing is evaluated: a path that does not resolve is MISSING.
+"""Field paths of the declarative form: ``row``, ``arg.NAME``, ``self``, ``result`` or ``item``
+(one record of a health result, in ``verdicts``), then ``.field``, ``[N]`` and ``.*`` steps.
+Nothing is evaluated: a path that does not resolve is MISSING.
 
 ``.*`` is the first value of a mapping that is present (not None), in the mapping's order: a
 score filed under its scorer's name (``row.scores.*.value``) is read without knowing the name."""
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 
 from gym_instrument.schema.fields import MISSING, field, is_a
 
-_ROOT = re.compile(r"^(row|self|result|arg\.([A-Za-z_]\w*))")
+_ROOT = re.compile(r"^(row|self|result|item|arg\.([A-Za-z_]\w*))")
 _STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(-?\d+)\]|\.(\*)")
 
 
@@ -82,8 +83,10 @@ class FieldPath:
             value = call.argument(self.argument)
         elif root == "self":
             value = call.instance
-        else:
+        elif root == "result":
             value = call.result
+        else:  # item: one record of a health result (a view that has one)
+            value = getattr(call, "item", MISSING)
         return value
 
     def read(self, call: CallView) -> Any:

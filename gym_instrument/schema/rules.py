@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gym_instrument import semconv
-from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.link.identity import RolloutIdentity, index_form, parse_index_form
 from gym_instrument.record.attributes import utf8_safe
 from gym_instrument.schema.fields import field, index_value, is_a, plain_str, render_task_id, rollout_id_string
 
@@ -33,6 +33,36 @@ def identity_attributes(identity: RolloutIdentity) -> dict[str, Any]:
     if identity.agent_name is not None:
         attributes[semconv.AGENT_NAME] = identity.agent_name
     return attributes
+
+
+def declared_identity(identity: RolloutIdentity | None, attributes: dict[str, Any]) -> RolloutIdentity | None:
+    """``identity`` as a dispatch's start rules and extractors name it: the task id, indices,
+    attempt and rollout id they returned replace the schema's. Without a rollout id of their own,
+    declared indices name the rollout by the index form (``"{task_index}-{repeat}"``), which then
+    becomes the span's rollout id attribute too. Unchanged (the same object) when they name nothing."""
+    get = attributes.get
+    task_id, task_index, repeat = get(semconv.TASK_ID), get(semconv.TASK_INDEX), get(semconv.ROLLOUT_REPEAT)
+    attempt, rollout_id = get(semconv.ROLLOUT_ATTEMPT), rollout_id_string(get(semconv.ROLLOUT_ID))
+    if task_id is None and task_index is None and repeat is None and attempt is None and rollout_id is None:
+        return identity
+    if identity is None:
+        identity = RolloutIdentity()
+    if type(task_id) is str:
+        identity.task_id = task_id
+    indexed = False
+    for name, value in (("task_index", task_index), ("rollout_index", repeat), ("attempt", attempt)):
+        value = index_value(value)
+        if value is not None and value != getattr(identity, name):
+            setattr(identity, name, value)
+            indexed = True
+    if rollout_id is not None:
+        identity.rollout_id = rollout_id
+        identity.custom_id = parse_index_form(rollout_id) is None
+    elif (indexed or identity.rollout_id is None) and not identity.custom_id:
+        if identity.task_index is not None and identity.rollout_index is not None:
+            identity.rollout_id = index_form(identity.task_index, identity.rollout_index, identity.attempt)
+            attributes[semconv.ROLLOUT_ID] = identity.rollout_id
+    return identity
 
 
 def numeric_reward(value: Any) -> float | None:
@@ -63,14 +93,14 @@ def outcome_attributes(reward: Any, masked: Any, failure_kind: Any) -> dict[str,
     return attributes
 
 
-def checks_of(findings: Any, check_field: str = "check") -> list[str]:
-    """Sorted, distinct check ids of a list of findings."""
+def checks_of(findings: Any, check_field: str | None = "check") -> list[str]:
+    """Sorted, distinct check ids of a list of findings (``check_field`` None: a list of strings)."""
     if not is_a(findings, (list, tuple)):
         return []
     checks = set()
     try:
         for finding in findings:
-            check = field(finding, check_field)
+            check = finding if check_field is None else field(finding, check_field)
             if type(check) is not str or not check.isascii():
                 check = rollout_id_string(check)
             if check:

@@ -86,11 +86,49 @@ def target_problem(target: Target, suggest: bool = True) -> str | None:
     return check_importable(target, suggest) or _missing_attribute(target)
 
 
+SCRIPT_HINT = (
+    "a script's own functions (module __main__) are defined after instrumentation starts, so they are "
+    "never wrapped: put them in a module beside the script, import it from the script, and name "
+    "that module (path = 'my_loop:play')"
+)
+
+
 def _missing_attribute(target: Target) -> str | None:
     """Why a target whose module is already imported cannot be found there, or None."""
     module = sys.modules.get(target.module)
     if module is None:
         return None  # found when its module is imported (post-import hook)
+    problem = _missing_in(target, module)
+    if problem is not None and target.module == "__main__":
+        return f"{problem}; {SCRIPT_HINT}"
+    return problem
+
+
+def resolve_target(target: Target) -> tuple[Any, str | None]:
+    """Import a target's module, as the running instrumentation does when the program imports it,
+    and find its function: (the function, None), or (None, why not, naming the nearest right name)."""
+    import importlib
+
+    if target.module == "__main__":
+        return None, f"target {target}: {SCRIPT_HINT}"
+    problem = check_importable(target)
+    if problem is not None:
+        return None, problem
+    try:
+        module = importlib.import_module(target.module)
+    except BaseException as error:  # a module that fails to import, or exits, as it would in the run
+        return None, f"target {target}: importing {target.module!r} failed: {type(error).__name__}: {error}"
+    problem = _missing_in(target, module)
+    if problem is not None:
+        return None, problem
+    owner: Any = module
+    for part in target.qualname.split("."):
+        owner = getattr(owner, part)
+    return owner, None
+
+
+def _missing_in(target: Target, module: Any) -> str | None:
+    """Why a target cannot be found in its (imported) module, or None."""
     owner: Any = module
     *owner_path, attribute = target.qualname.split(".")
     where = f"module {target.module!r}"

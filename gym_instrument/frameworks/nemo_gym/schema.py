@@ -17,7 +17,7 @@ from typing import Any
 from gym_instrument import semconv
 from gym_instrument.link.identity import RolloutIdentity, index_form, parse_index_form
 from gym_instrument.record.attributes import INT64_MAX as _INT64_MAX
-from gym_instrument.schema.base import RolloutSchema, VerdictFacts, VerdictName
+from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.fields import (
     MISSING,
     field,
@@ -27,7 +27,7 @@ from gym_instrument.schema.fields import (
     rollout_id_string,
     task_id_of,
 )
-from gym_instrument.schema.rules import checks_of, outcome_attributes, verdict_attributes
+from gym_instrument.schema.rules import VerdictFacts, VerdictName, checks_of, outcome_attributes, verdict_attributes
 
 TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id", "task_name")
 # A verify request that has none of these carries no rollout id of its own.
@@ -76,44 +76,6 @@ def _verdict_name(verdict: Any) -> VerdictName:
     return rollout_id_string(field(verdict, "rollout_id")), index_value(task_index), index_value(rollout_index)
 
 
-def _flat_dict_identity(row: dict[str, Any]) -> RolloutIdentity | None:
-    """:meth:`NemoGymSchema.identity` of the usual row, a flat dict parsed from JSON whose fields hold
-    what they usually hold (a string task id, int indices, no rollout id or a string one, an
-    ``agent_ref`` dict), read directly; None for anything else (the general reader decides)."""
-    get = row.get
-    episode = get("episode_id")
-    task_id = get("task_id")
-    task_index = get("_ng_task_index")
-    rollout_index = get("_ng_rollout_index")
-    attempt = get("_ng_attempt_index")
-    rollout_id = get("_ng_rollout_id")
-    agent = get("agent_ref")
-    if not (
-        (episode is None or type(episode) is str or type(episode) is int)
-        and type(task_id) is str
-        and task_id
-        and task_id.isascii()
-        and type(task_index) is int
-        and 0 <= task_index <= _INT64_MAX
-        and type(rollout_index) is int
-        and 0 <= rollout_index <= _INT64_MAX
-        and (attempt is None or (type(attempt) is int and 0 <= attempt <= _INT64_MAX))
-        and rollout_id is None
-        and (agent is None or type(agent) is dict)
-    ):
-        return None
-    agent_name = None
-    if agent is not None:
-        name = agent.get("name")
-        if type(name) is str and name.isascii():
-            agent_name = name or None
-        elif name is not None:
-            return None
-    return RolloutIdentity(
-        task_id, task_index, rollout_index, attempt, index_form(task_index, rollout_index, attempt), False, agent_name
-    )
-
-
 class NemoGymSchema(RolloutSchema):
     name = "nemo_gym"
     # NeMo Gym 0.7.0's own telemetry (extra "telemetry") makes a gym.verify span around /verify.
@@ -123,15 +85,13 @@ class NemoGymSchema(RolloutSchema):
         """A flat row (``task_id``, ``_ng_task_index``, ``_ng_rollout_index``, ``_ng_attempt_index``,
         ``_ng_rollout_id``, ``agent_ref.name``) or 0.7.0's native episode body
         (``{"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", ...}}``)."""
-        if type(row) is dict:
-            identity = _flat_dict_identity(row)
-            if identity is not None:
-                return identity
-        elif row is None:
+        if row is None:
             return RolloutIdentity()
         task_index = rollout_index = None
         custom_id = False
-        episode = field(row, "episode_id")
+        # A row parsed from JSON is a plain dict: read it directly (absent and None mean the same here).
+        read = row.get if type(row) is dict else partial(field, row)
+        episode = read("episode_id")
         if episode is not MISSING and episode is not None and not is_a(episode, (str, int)):
             rollout_id = rollout_id_string(field(episode, "rollout_id"))
             attempt = index_value(field(episode, "attempt"))
@@ -146,8 +106,6 @@ class NemoGymSchema(RolloutSchema):
                     if attempt is None:
                         attempt = parsed_attempt
         else:
-            # A row parsed from JSON is a plain dict: read it directly (absent and None mean the same here).
-            read = row.get if type(row) is dict else partial(field, row)
             task_id = task_id_of(row, TASK_ID_FIELDS)
             task_index = index_value(read("_ng_task_index"))
             rollout_index = index_value(read("_ng_rollout_index"))
@@ -157,7 +115,7 @@ class NemoGymSchema(RolloutSchema):
                 custom_id = parse_index_form(rollout_id) is None
             elif task_index is not None and rollout_index is not None:
                 rollout_id = index_form(task_index, rollout_index, attempt)
-        agent = field(row, "agent_ref")
+        agent = read("agent_ref")
         agent_name = None if agent is MISSING or agent is None else rollout_id_string(field(agent, "name"))
         return RolloutIdentity(task_id, task_index, rollout_index, attempt, rollout_id, custom_id, agent_name)
 

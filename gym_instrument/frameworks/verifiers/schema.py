@@ -40,8 +40,6 @@ from gym_instrument.schema.rules import outcome_attributes
 
 FRAMEWORK = "verifiers"
 
-EPISODE_TASK_ARGUMENT = "task"  # Env.run_episode(self, task, ctx, ...): the dispatch's row
-SCORED_TRACE_ARGUMENT = "trace"  # Task.score(self, trace, runtime=None): the verify's request
 TASK_ID_FIELDS = ("id", "name")  # of task.data; omitted when the task has neither
 
 

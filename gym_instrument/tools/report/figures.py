@@ -400,17 +400,6 @@ def ks_for(n: int) -> list[int]:
     return [*ks, n] if n >= 1 else []
 
 
-def _quantile_of_counts(values: Counter[float], q: float) -> float:
-    total = sum(values.values())
-    rank = max(1, math.ceil(q * total))
-    seen = 0
-    for value in sorted(values):
-        seen += values[value]
-        if seen >= rank:
-            return value
-    return max(values)
-
-
 class RunFigures:
     """Feed it spans (:meth:`add`), then read :meth:`figures`."""
 
@@ -603,27 +592,55 @@ class RunFigures:
     def _verify(self, span: Span, attributes: dict[str, Any]) -> None:
         self.verifies += 1
         reward = attributes.get(semconv.ROLLOUT_REWARD)
+        rule = attributes.get(semconv.REWARD_RULE)
         result = (
             float(cast(float, reward)) if type(reward) in (int, float) and math.isfinite(cast(float, reward)) else None,
             attributes.get(semconv.VERIFY_MASKED) is True,
+            rule if rule in semconv.REWARD_RULES else "last",
+            span.start_ns,
         )
         self._meet(span, attributes, "verify", result)
 
     def _meet(self, span: Span, attributes: dict[str, Any], kind: str, payload: Any) -> None:
-        """Score a dispatch's task with its verify's result when the other one has been read; else wait for it."""
+        """Join a dispatch and its verifies (a multi-step rollout has several): a dispatch takes every
+        verify of its rollout read before it and is scored once; a dispatch read before any of its
+        verifies is held, its verifies join it, and it is scored when the run is read (:meth:`finish`)."""
         rollout_id = attributes.get(semconv.ROLLOUT_ID)
         rollout_id = rollout_id if type(rollout_id) is str else None
-        partner = self._take(span.trace_id, "verify" if kind == "dispatch" else "dispatch", rollout_id)
-        if partner is None:
-            self._hold(span.trace_id, kind, rollout_id, payload)
-        elif kind == "dispatch":
-            self._score(payload, partner)
-        else:
-            self._score(partner, payload)
+        if kind == "verify":
+            dispatch = self._take(span.trace_id, "dispatch", rollout_id, keep=True)
+            if dispatch is None:
+                self._hold(span.trace_id, kind, rollout_id, payload)
+            else:
+                dispatch[3].append(payload)
+            return
+        task, key = payload
+        failed = attributes.get(semconv.ERROR_TYPE) is not None or span.status_code == STATUS_ERROR
+        dispatch = [task, key, failed, []]
+        verifies = dispatch[3]
+        while (verify := self._take(span.trace_id, "verify", rollout_id)) is not None:
+            verifies.append(verify)
+            if rollout_id is None:
+                break  # (a verify without a rollout id: one per dispatch, as it can name no other)
+        if verifies:  # its verifies ended before it did, in its own process: all of them are read
+            self._score(dispatch)
+        else:  # held: its verifies are in a file read later (another process), and join it there
+            self._hold(span.trace_id, kind, rollout_id, dispatch)
 
-    def _score(self, dispatch: tuple[TaskStats, int | None], result: tuple[float | None, bool]) -> None:
-        task, key = dispatch
-        reward, masked = result
+    def _score(self, dispatch: list[Any]) -> None:
+        """Score a rollout once, by its verifies' reward rule (the last one's rule: ``last``, ``sum``,
+        ``max`` or ``first``, in the order they started); a failed rollout's verifies are not counted."""
+        task, key, failed, verifies = dispatch
+        if not verifies or failed:
+            return
+        verifies.sort(key=lambda verify: verify[3])
+        rule = verifies[-1][2]
+        if rule in ("last", "first"):
+            reward, masked = verifies[-1 if rule == "last" else 0][:2]
+        else:
+            rewards = [verify[0] for verify in verifies if verify[0] is not None]
+            reward = (sum(rewards) if rule == "sum" else max(rewards)) if rewards else None
+            masked = reward is None and any(verify[1] for verify in verifies)
         if reward is not None:
             task.add_reward(reward, reward >= self.success_threshold)
         elif masked:
@@ -633,12 +650,14 @@ class RunFigures:
         if key is not None:
             self.memo.set_reward(key, reward if reward is not None else (math.inf if masked else -math.inf))
 
-    def _take(self, trace_id: str, kind: str, rollout_id: str | None) -> Any:
+    def _take(self, trace_id: str, kind: str, rollout_id: str | None, keep: bool = False) -> Any:
         entries = self._pending.get(trace_id)
         if not entries:
             return None
         for position, (entry_kind, entry_rollout_id, payload) in enumerate(entries):
             if entry_kind == kind and (entry_rollout_id == rollout_id or entry_rollout_id is None or rollout_id is None):
+                if keep:
+                    return payload
                 del entries[position]
                 self._pending_size -= 1
                 if not entries:
@@ -660,7 +679,9 @@ class RunFigures:
     def _settle(self, entries: list[tuple[str, str | None, Any]]) -> None:
         for kind, _, payload in entries:
             if kind == "verify":
-                self._score((self.orphan_verifies, None), payload)
+                self._score([self.orphan_verifies, None, False, [payload]])
+            elif payload[3]:
+                self._score(payload)
             else:
                 self.dropped_dispatch_joins += 1
 
@@ -701,10 +722,14 @@ class RunFigures:
     # -- figures ------------------------------------------------------------------------------
 
     def finish(self) -> None:
-        """Settle what is still waiting for its partner: a verify whose dispatch never came."""
+        """Score every rollout read, and settle a verify whose dispatch never came."""
         while self._pending:
             _, entries = self._pending.popitem(last=False)
-            self._settle([entry for entry in entries if entry[0] == "verify"])
+            for kind, _, payload in entries:
+                if kind == "verify":
+                    self._score([self.orphan_verifies, None, False, [payload]])
+                else:
+                    self._score(payload)
         self._pending_size = 0
 
     def task_figures(self, task: TaskStats) -> dict[str, Any]:
