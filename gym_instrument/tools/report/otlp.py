@@ -249,10 +249,10 @@ def spans_of_line(line: str | bytes, stats: ReadStats) -> Iterator[Span]:
 
 
 def _last_line(path: Path, number: int, data: bytes, stats: ReadStats) -> Iterator[Span]:
-    """A file's last line, which has no newline: a whole batch, or one cut off (truncated)."""
+    """A file's last line, which has no newline: a whole batch, or one cut off (truncated), or junk."""
     bad = stats.bad_lines
     yield from spans_of_line(data, stats)
-    if stats.bad_lines > bad:
+    if stats.bad_lines > bad and _OTLP_START.match(data) is not None:
         stats.truncated.append((str(path), number, len(data)))
         stats.note(
             f"{path}: line {number} is cut off after {len(data):,} bytes (truncated: a writer stopped mid-batch); "
