@@ -520,3 +520,15 @@ def test_other_rollouts_in_the_folder_never_evict_the_ones_the_verdicts_name(tmp
     verdicts, spans, stderr = run("health", {"paths": str(output)}, OTEL_PYTHON_GYM_LINK_CAPACITY="100")
     assert_children(healths(spans), dispatched, verdicts)
     assert "link capacity" not in stderr
+
+
+def test_a_writer_puts_nothing_in_a_folder_no_health_pass_would_trust(tmp_path: Path, caplog: Any) -> None:
+    shared = tmp_path / "shared-links"
+    shared.mkdir()
+    shared.chmod(0o777)
+    writer = LinkFiles(str(shared))
+    with caplog.at_level(logging.WARNING, logger="gym_instrument.link.files"):
+        writer.persist(span_context(1, 1, True), RolloutIdentity(None, 0, 0, None, None), str(tmp_path / "rollouts.jsonl"))
+        writer.close()
+    assert not list(shared.iterdir())
+    assert caplog.text.count(f"{shared} is writable by group or others (mode 0777)") == 1

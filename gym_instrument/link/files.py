@@ -178,9 +178,10 @@ def folder_problem(folder: Path, follow: bool) -> str | None:
 
 
 def _owner_problem(info: os.stat_result) -> str | None:
-    if info.st_uid in (os.geteuid(), 0):
+    user = os.geteuid() if hasattr(os, "geteuid") else None  # (no owners to compare where there is no geteuid)
+    if user is None or info.st_uid in (user, 0):
         return None
-    return f"is owned by uid {info.st_uid}, neither this user ({os.geteuid()}) nor root"
+    return f"is owned by uid {info.st_uid}, neither this user ({user}) nor root"
 
 
 def _open_trusted(path: Path) -> tuple[Any, os.stat_result] | str:
