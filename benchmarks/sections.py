@@ -55,7 +55,8 @@ WHOLE_RUN_TOGETHER = Section("whole_run_together", "benchmarks/whole_run.py --to
 WHOLE_RUN_PROFILE = Section("whole_run_profile", "benchmarks/whole_run.py --profile")
 WHOLE_RUN_NO_BAGGAGE = Section("whole_run_no_baggage", "benchmarks/whole_run.py --no-baggage")
 WHOLE_RUN_DROP_OURS = Section("whole_run_drop_ours", "benchmarks/whole_run.py --drop-ours")
-KEPT = (REPORT_MEMORY, WHOLE_RUN, WHOLE_RUN_TOGETHER, WHOLE_RUN_NO_BAGGAGE, WHOLE_RUN_DROP_OURS, WHOLE_RUN_PROFILE)
+BOUNDED_READS = Section("bounded_reads", "benchmarks/bounded_reads.py")
+KEPT = (REPORT_MEMORY, BOUNDED_READS, WHOLE_RUN, WHOLE_RUN_TOGETHER, WHOLE_RUN_NO_BAGGAGE, WHOLE_RUN_DROP_OURS, WHOLE_RUN_PROFILE)
 
 
 def keep(path: Path, text: str) -> str:

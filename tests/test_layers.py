@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).parents[1] / "gym_instrument"
 
 # Bottom to top, in the order a call travels upward through the package.
 LAYERS = [
-    ("base", {"semconv", "version", "package", "compat"}),
+    ("base", {"semconv", "version", "package", "compat", "lines"}),
     ("record", {"record"}),
     ("link", {"link"}),
     ("schema", {"schema"}),

@@ -11,8 +11,10 @@ import glob
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -367,3 +369,166 @@ def test_a_long_read_reports_its_progress(tmp_path: Path, caplog: Any, monkeypat
         found = list(LinkFiles(None).lookup([output], [(None, task, 0) for task in range(100)]))
     assert all(found)
     assert "reading dispatch links: 100%" in caplog.text and "reading dispatch links: 50%" in caplog.text
+
+
+# -- hostile input: only links the run's own user wrote are trusted, and no input is unbounded -----
+
+
+def _forge(folder: Path, output_name: str, tasks: range, trace_id: int, started_ns: int | None = None) -> Path:
+    """A links file naming ``output_name``, its ids all in ``trace_id``'s trace."""
+    header = {"gym_links": 1, "output": output_name, "output_path": None, "started_ns": started_ns or time.time_ns()}
+    lines = [f"{trace_id:032x} {task + 1:016x} 01 {task} {repeat} - -\n" for task in tasks for repeat in range(2)]
+    forged = folder / f"{output_name}.forged{SUFFIX}"
+    forged.write_text(json.dumps(header) + "\n" + "".join(lines))
+    return forged
+
+
+def test_a_links_file_of_another_user_or_in_a_folder_others_can_write_is_not_trusted(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    dispatched = dispatches(shard(out, 0, range(0, 3)))
+    folder, shard_file = out / FOLDER, out / "rollouts-rs0-chunk0.jsonl"
+    forged = _forge(folder, shard_file.name, range(0, 3), 0xF0F0, started_ns=time.time_ns() + 10**18)
+    os.chown(forged, 12345, 12345)  # another local user's file
+    verdicts, spans, stderr = run("health", {"paths": str(shard_file)})
+    assert_children(healths(spans), dispatched, verdicts)  # every parent is the run's own dispatch
+    assert f"{forged} is owned by uid 12345" in stderr and stderr.count(str(forged)) == 1
+
+    os.chown(forged, 0, 0)
+    folder.chmod(0o770)  # a folder the group can write to: any of its files could be planted
+    _, spans, stderr = run("health", {"paths": str(shard_file)})
+    assert not healths(spans)
+    assert f"{folder} is writable by group or others (mode 0770)" in stderr and stderr.count(str(folder)) == 1
+
+
+def test_links_folders_and_files_get_their_modes_whatever_the_umask(tmp_path: Path) -> None:
+    for umask, out in ((0o000, tmp_path / "open"), (0o277, tmp_path / "closed")):
+        out.mkdir()
+        path = out / "rollouts.jsonl"
+        argv = [sys.executable, "-m", "tests.crossprocess.links_main", "collect"]
+        config = {"output_jsonl_fpath": str(path), "rows": rows(range(2))}
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run(
+            [*argv, json.dumps(config)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            check=False,
+            preexec_fn=lambda u=umask: os.umask(u),
+        )
+        assert done.returncode == 0, done.stderr
+        assert stat.S_IMODE((out / FOLDER).stat().st_mode) == 0o700
+        (written,) = (out / FOLDER).glob(f"*{SUFFIX}")
+        assert stat.S_IMODE(written.stat().st_mode) == 0o600
+        merged = LinkFiles(None)
+        os.umask(umask)
+        try:
+            merged.record_merge(str(out / "merged.jsonl"), [str(path)])
+        finally:
+            os.umask(0o022)
+        assert {stat.S_IMODE(p.stat().st_mode) for p in (out / FOLDER).glob(f"*{SUFFIX}")} == {0o600}
+
+
+def test_a_header_claiming_a_future_start_does_not_make_its_entries_win(tmp_path: Path) -> None:
+    output = tmp_path / "rollouts.jsonl"
+    genuine = LinkFiles(None)
+    genuine.persist(span_context(1, 1, True), RolloutIdentity(None, 0, 0, None, None), str(output))
+    genuine.close()
+    forged = _forge(tmp_path / FOLDER, output.name, range(0, 1), 0xBAD, started_ns=time.time_ns() + 10**18)
+    past = time.time() - 3600
+    os.utime(forged, (past, past))  # written an hour before the genuine file, whatever its header says
+    (link, _) = LinkFiles(None).lookup([str(output)], [(None, 0, 0), (None, 0, 1)])
+    assert link is not None and link.span_context.trace_id == 1
+
+
+def test_a_fifo_or_a_symlink_named_like_a_links_file_is_skipped_without_waiting(tmp_path: Path, caplog: Any) -> None:
+    import threading
+
+    output = tmp_path / "rollouts.jsonl"
+    writer = LinkFiles(None)
+    writer.persist(span_context(1, 1, True), RolloutIdentity(None, 0, 0, None, None), str(output))
+    writer.close()
+    folder = tmp_path / FOLDER
+    fifo = folder / f"{output.name}.fifo{SUFFIX}"
+    os.mkfifo(fifo)
+    (real,) = (path for path in folder.glob(f"*{SUFFIX}") if path != fifo)
+    (folder / f"{output.name}.link{SUFFIX}").symlink_to(real)
+    # A pass that waited on the FIFO would be seen waiting (Linux's wait_for_partner) and let go by a
+    # writer, so that it makes this test fail, not hang.
+    reader, done, waited = threading.get_native_id(), threading.Event(), threading.Event()
+
+    def watch() -> None:
+        wchan = Path(f"/proc/self/task/{reader}/wchan")
+        while not done.is_set():
+            if wchan.read_text() == "wait_for_partner":
+                waited.set()
+                os.close(os.open(fifo, os.O_WRONLY))
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    with caplog.at_level(logging.INFO, logger="gym_instrument.link.files"):
+        (link,) = LinkFiles(None).lookup([str(output)], [(None, 0, 0)])
+    done.set()
+    thread.join()
+    assert not waited.is_set()
+    assert link is not None and link.span_context.trace_id == 1
+    assert f"{fifo} is not a regular file; skipped" in caplog.text and "is empty" not in caplog.text
+    assert f"{folder / f'{output.name}.link{SUFFIX}'} is a symbolic link; skipped" in caplog.text
+
+
+def test_a_thousand_merged_shards_are_found_in_another_process(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    shards = [out / f"rollouts-rs{number}-chunk0.jsonl" for number in range(1000)]
+    for number, path in enumerate(shards):
+        writer = LinkFiles(None)
+        for repeat in range(2):
+            trace = number * 2 + repeat + 1
+            writer.persist(span_context(trace, trace, True), RolloutIdentity(None, number, repeat, None, None), str(path))
+        writer.close()
+    merged = out / "rollouts.jsonl"
+    merged.write_text("".join(json.dumps({**row, "reward": 1.0}) + "\n" for row in rows(range(1000))))
+    LinkFiles(None).record_merge(str(merged), [str(path) for path in shards])
+    verdicts, spans, _ = run("health", {"paths": str(merged)})
+    health = healths(spans)
+    assert len(verdicts["rollouts"]) == 2000 and len(health) == 2000
+    for span in health:
+        task, repeat = map(int, span["attributes"][semconv.ROLLOUT_ID].split("-"))
+        assert span["parent"] == span["trace_id"] == task * 2 + repeat + 1
+
+
+def test_a_long_output_name_gets_a_bounded_links_file_name(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    name = "r" * 240 + ".jsonl"
+    dispatched = dispatches(run("collect", {"output_jsonl_fpath": str(out / name), "rows": rows(range(2))})[1])
+    (written,) = (out / FOLDER).glob(f"*{SUFFIX}")
+    assert len(written.name.encode()) <= 200
+    verdicts, spans, _ = run("health", {"paths": str(out / name)})
+    assert_children(healths(spans), dispatched, verdicts)
+
+
+def test_other_rollouts_in_the_folder_never_evict_the_ones_the_verdicts_name(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    output = out / "rollouts.jsonl"
+    dispatched = dispatches(run("collect", {"output_jsonl_fpath": str(output), "rows": rows(range(10))})[1])
+    # Later, many more rollouts of the same output name (a resumed run, say) than the capacity holds.
+    _forge(out / FOLDER, output.name, range(1000, 6000), 0xABC)
+    verdicts, spans, stderr = run("health", {"paths": str(output)}, OTEL_PYTHON_GYM_LINK_CAPACITY="100")
+    assert_children(healths(spans), dispatched, verdicts)
+    assert "link capacity" not in stderr
+
+
+def test_a_writer_puts_nothing_in_a_folder_no_health_pass_would_trust(tmp_path: Path, caplog: Any) -> None:
+    shared = tmp_path / "shared-links"
+    shared.mkdir()
+    shared.chmod(0o777)
+    writer = LinkFiles(str(shared))
+    with caplog.at_level(logging.WARNING, logger="gym_instrument.link.files"):
+        writer.persist(span_context(1, 1, True), RolloutIdentity(None, 0, 0, None, None), str(tmp_path / "rollouts.jsonl"))
+        writer.close()
+    assert not list(shared.iterdir())
+    assert caplog.text.count(f"{shared} is writable by group or others (mode 0777)") == 1

@@ -64,6 +64,7 @@ from typing import Any
 
 from gym_instrument import semconv
 from gym_instrument.frameworks import FRAMEWORKS
+from gym_instrument.lines import read_bounded
 from gym_instrument.schema.base import GENERIC, RolloutSchema
 from gym_instrument.schema.declared import (
     PRESENT,
@@ -105,6 +106,7 @@ RULE_KEYS = ("path", "map", "default", "offset", "template")
 # What a rule's map and default may hold: the values a TOML or JSON file can give.
 _SCALARS = (str, bool, int, float)
 DOCUMENT_KEYS = ("targets",)
+CONFIG_LIMIT = 1 << 20  # bytes of a configuration file read at most (a preset is a few KB)
 
 Skip = Callable[[str], None]  # told the message of a rule that is dropped (lenient reading)
 
@@ -419,7 +421,8 @@ def _toml_loads(text: str) -> Any:
 
 def read_document(source: Any) -> Mapping[str, Any]:
     """The configuration document ``source`` holds: a mapping as it is; text that starts with ``{``
-    (JSON) or ``[`` or spans lines (TOML); else the path of a ``.json`` or TOML file."""
+    (JSON) or ``[`` or spans lines (TOML); else the path of a ``.json`` or TOML file (of at most
+    ``CONFIG_LIMIT`` bytes). Every problem, a document nested too deep included, is ``ValueError``."""
     if isinstance(source, Mapping):
         return source
     if isinstance(source, Path):
@@ -427,18 +430,20 @@ def read_document(source: Any) -> Mapping[str, Any]:
     if not isinstance(source, str) or not source.strip():
         raise ValueError(f"expected a mapping, a file path or TOML/JSON text, got {source!r}")
     text = source.strip()
+    content, is_json = text, text.startswith("{")
+    if not is_json and not text.startswith("[") and "\n" not in text:
+        try:
+            content, is_json = read_bounded(text, CONFIG_LIMIT).decode("utf-8"), text.endswith(".json")
+        except OSError as error:
+            raise ValueError(f"cannot read {text!r}: {error.strerror or error}") from None
+        except ValueError as error:  # too large, or not UTF-8
+            raise ValueError(f"cannot read {text!r}: {error}") from None
     try:
-        if text.startswith("{"):
-            document = json.loads(text)
-        elif text.startswith("[") or "\n" in text:
-            document = _toml_loads(text)
-        else:
-            content = Path(text).read_text(encoding="utf-8")
-            document = json.loads(content) if text.endswith(".json") else _toml_loads(content)
+        document = json.loads(content) if is_json else _toml_loads(content)
     except ValueError as error:  # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors
         raise ValueError(f"cannot parse {text[:60]!r}: {error}") from None
-    except OSError as error:
-        raise ValueError(f"cannot read {text!r}: {error.strerror or error}") from None
+    except RecursionError:
+        raise ValueError(f"cannot parse {text[:60]!r}: nested too deep") from None
     if not isinstance(document, Mapping):
         raise ValueError("the configuration must be a table (an object) with a targets list")
     return document

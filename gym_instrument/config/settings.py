@@ -297,13 +297,20 @@ class GymConfig:
         return cls(**values)
 
 
+def _reason(error: Exception) -> str:
+    """A failure as one line: a ValueError's message (ours), else the kind of failure."""
+    if isinstance(error, ValueError):
+        return str(error)
+    return "nested too deep" if isinstance(error, RecursionError) else f"{type(error).__name__} while reading it"
+
+
 def _from_environment(setting: Setting, raw: str, check: bool) -> Any:
     if setting.entry is not None:
         # One bad entry is skipped; the good ones still apply.
         try:
             items = setting.entries(raw)
-        except ValueError as error:
-            _LOG.error("gym_instrument: %s=%r ignored: %s", setting.env, raw[:200], error)
+        except Exception as error:  # any failure reading it skips this setting only, in one line
+            _LOG.error("gym_instrument: %s=%r ignored: %s", setting.env, raw[:200], _reason(error))
             return None
         entries = []
         for item in items:
@@ -312,8 +319,8 @@ def _from_environment(setting: Setting, raw: str, check: bool) -> Any:
                 if isinstance(entry, Target):  # its messages name the variable it came from
                     entry = dataclasses.replace(entry, source=setting.env)
                 entries.append(setting.check(entry) if check and setting.check is not None else entry)
-            except ValueError as error:
-                _LOG.error("gym_instrument: %s: skipped %s", setting.env, error)
+            except Exception as error:
+                _LOG.error("gym_instrument: %s: skipped %s", setting.env, _reason(error))
         return tuple(entries)
     try:
         return setting.parse(raw)

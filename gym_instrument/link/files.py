@@ -18,19 +18,31 @@ writes whole lines in batches (and at exit, and before a health pass in the same
 each batch one ``write`` of complete lines, so a process killed mid-run leaves whole lines (a torn
 last line is skipped with a log line).
 
-Reading streams: files are read line by line, oldest writer first, into a :class:`DispatchLinks`
-of the configured capacity, so a later attempt replaces an earlier one and each dispatch is found
-at most once, exactly as in-process.
+Reading streams: files are read line by line (no line of more than ``lines.LINE_LIMIT`` bytes
+held), oldest writer first, into a :class:`DispatchLinks` of the configured capacity, keeping only
+the dispatches the verdicts name (a folder full of other rollouts never evicts them), so a later
+attempt replaces an earlier one and each dispatch is found at most once, exactly as in-process.
+
+Trust: a health pass reads a links file only when it can attribute it to the run. The folder (a
+``.gym-links`` folder is never followed as a symbolic link) and the file must be owned by the
+reading user or root, the folder not writable by group or others, the file a regular file and not
+a symbolic link (checked on the open file, which is opened without blocking: a FIFO never hangs a
+pass). Anything else is skipped with one log line naming it. Folders are made 0700 and files 0600
+whatever the umask. A header's start time counts no later than the file's modification time (and
+now), so a header cannot make its entries win by claiming a future time. A links file's name holds
+at most ``_NAME_BYTES`` bytes of the output's name (a longer one is cut and a hash of it added).
 """
 
 from __future__ import annotations
 
 import atexit
 import glob
+import hashlib
 import json
 import logging
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -45,7 +57,8 @@ from opentelemetry import context
 from opentelemetry.trace import SpanContext
 
 from gym_instrument.compat import span_context, span_id_of, trace_flags_of, trace_id_of
-from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.lines import bounded_lines, too_long
+from gym_instrument.link.identity import RolloutIdentity, parse_index_form
 from gym_instrument.link.memory import DispatchLink, DispatchLinks
 
 _LOG = logging.getLogger(__name__)
@@ -60,6 +73,10 @@ _WAKE_AT = 2 * 512  # pending list items (two per dispatch) that wake the writer
 _FLUSH_SECONDS = 1.0
 _CHUNK = 1 << 16  # verdicts whose links are made at once
 _PROGRESS_BYTES = 64 << 20  # reads longer than this report their progress
+FOLDER_MODE, FILE_MODE = 0o700, 0o600  # whatever the umask: only the run's user reads or writes links
+_NAME_BYTES = 100  # of the output's name in a links file's name (a file name may be 255 bytes)
+_HOST_CHARACTERS = 64
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _absolute(path: str | os.PathLike[str]) -> str:
@@ -90,9 +107,8 @@ class _Writer:
     """One process's links file for one run output (or none), appended to in whole-line batches."""
 
     def __init__(self, folder: Path, output: str | None) -> None:
-        name = Path(output).name if output else "run"
-        token = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.path = folder / f"{name}.{token}{SUFFIX}"
+        token = f"{socket.gethostname()[:_HOST_CHARACTERS]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.path = folder / f"{file_name_of(output)}.{token}{SUFFIX}"
         self.header: dict[str, Any] = {
             "gym_links": FORMAT,
             "output": Path(output).name if output else None,
@@ -111,10 +127,79 @@ class _Writer:
         del pending[:count]
         data = "".join(map(_line, entries[0::2], entries[1::2])).encode("ascii")
         if self.fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self.fd = _create(self.path)
             _write_all(self.fd, (json.dumps(self.header) + "\n").encode())
         _write_all(self.fd, data)  # whole lines, in one write when the system allows
+
+
+def file_name_of(output: str | None) -> str:
+    """The part of a links file's name that says its output: the output's file name, or at most
+    ``_NAME_BYTES`` bytes of it and a hash of the whole (the header names it in full)."""
+    name = Path(output).name if output else "run"
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= _NAME_BYTES:
+        return name
+    return raw[: _NAME_BYTES - 33].decode("utf-8", "ignore") + "~" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+def _create(path: Path) -> int:
+    """A new links file (0600), in its folder (made 0700) if the folder can be trusted; OSError if not."""
+    folder = path.parent
+    folder.parent.mkdir(parents=True, exist_ok=True)  # the user's own folders, as their umask makes them
+    try:
+        os.mkdir(folder, FOLDER_MODE)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(folder, FOLDER_MODE)  # whatever the umask
+    problem = folder_problem(folder, follow=folder.name != FOLDER)
+    if problem is not None:
+        raise PermissionError(f"{folder} {problem}: no health pass would read links there")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
+    return fd
+
+
+def folder_problem(folder: Path, follow: bool) -> str | None:
+    """Why links in ``folder`` cannot be attributed to this user's runs (None: they can): not a
+    folder, a symbolic link (unless ``follow``: a folder the user named), owned by another user than
+    this one or root, or writable by group or others."""
+    try:
+        info = os.stat(folder) if follow else os.lstat(folder)
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder"
+    return _owner_problem(info) or (
+        f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})" if info.st_mode & 0o022 else None
+    )
+
+
+def _owner_problem(info: os.stat_result) -> str | None:
+    user = os.geteuid() if hasattr(os, "geteuid") else None  # (no owners to compare where there is no geteuid)
+    if user is None or info.st_uid in (user, 0):
+        return None
+    return f"is owned by uid {info.st_uid}, neither this user ({user}) nor root"
+
+
+def _open_trusted(path: Path) -> tuple[Any, os.stat_result] | str:
+    """``path`` opened for reading (binary) and its status, if it is a regular file (not a symbolic
+    link) of this user or root; else why not. Opened without blocking: a FIFO is never waited on."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as error:
+        return "is a symbolic link" if os.path.islink(path) else f"cannot be read ({error.strerror or error})"
+    try:
+        info = os.fstat(fd)
+        problem = "is not a regular file" if not stat.S_ISREG(info.st_mode) else _owner_problem(info)
+        if problem is None:
+            return os.fdopen(fd, "rb"), info
+    except OSError as error:
+        problem = f"cannot be read ({error.strerror or error})"
+    os.close(fd)
+    return problem
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -186,9 +271,11 @@ class LinkFiles:
         base = Path(_absolute(output)).parent
         writer.header["merged"] = [os.path.relpath(_absolute(source), base) for source in sources]
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with open(writer.path, "w", encoding="utf-8") as file:
-                file.write(json.dumps(writer.header) + "\n")
+            fd = _create(writer.path)
+            try:
+                _write_all(fd, (json.dumps(writer.header) + "\n").encode())
+            finally:
+                os.close(fd)
         except OSError as error:
             self._warn_once(f"write:{folder}", "gym_instrument: cannot write dispatch links in %s: %s", folder, error)
 
@@ -252,18 +339,20 @@ class LinkFiles:
     ) -> Iterator[DispatchLink | None]:
         """For each verdict name in turn, the persisted dispatch of the run of ``rollout_paths`` it
         names (None where none is): the files are read streaming into a memory of ``capacity`` when
-        the first is asked for, and the links are made a chunk at a time (a million verdicts never
-        hold a million links at once); each dispatch is found at most once."""
-        memory = self._load(rollout_paths) if self.enabled and verdicts else None
+        the first is asked for, keeping only the dispatches the verdicts name, and the links are made
+        a chunk at a time (a million verdicts never hold a million links at once); each dispatch is
+        found at most once."""
+        memory = self._load(rollout_paths, _Named(verdicts)) if self.enabled and verdicts else None
         if memory is None:
             yield from repeat(None, len(verdicts))
             return
         for start in range(0, len(verdicts), _CHUNK):
             yield from memory.take_many(verdicts[start : start + _CHUNK])
 
-    def _load(self, rollout_paths: Iterable[str]) -> DispatchLinks | None:
-        """The persisted dispatches of the runs that wrote ``rollout_paths``, oldest writer first (a
-        later dispatch of the same rollout replaces an earlier one); None when there are none."""
+    def _load(self, rollout_paths: Iterable[str], named: _Named) -> DispatchLinks | None:
+        """The persisted dispatches ``named`` names of the runs that wrote ``rollout_paths``, oldest
+        writer first (a later dispatch of the same rollout replaces an earlier one); None when there
+        are none."""
         self.flush()
         files = self._files_of(rollout_paths)
         if not files:
@@ -272,21 +361,18 @@ class LinkFiles:
         progress = _Progress(sum(size for _, _, size in files))
         remember = memory.remember
         for path, _, _ in files:
-            for span_context_, identity in self._entries(path, progress):
+            for span_context_, identity in self._entries(path, progress, named):
                 remember(span_context_, identity)
         progress.done()
         return memory
 
-    def _files_of(self, rollout_paths: Iterable[str]) -> list[tuple[Path, float, int]]:
+    def _files_of(self, rollout_paths: Iterable[str]) -> list[tuple[Path, int, int]]:
         """The links files of the runs that wrote ``rollout_paths`` (and of shards merged into them),
-        oldest writer first: (path, started, size)."""
+        oldest writer first: (path, started, size). Each folder is listed, and each header read, once."""
         wanted: set[str] = set()
         queue = [_absolute(path) for path in rollout_paths]
-        found: dict[Path, tuple[float, int]] = {}
-        # This process's own dispatches were in its memory: a verdict that did not find one there
-        # (found already in this process, or never traced) must not find it again here.
-        with self._lock:
-            own = {str(writer.path) for writer in self._writers.values()}
+        found: dict[Path, tuple[int, int]] = {}
+        folders: dict[tuple[Path, bool], _Folder] = {}
         while queue:
             output = queue.pop()
             if output in wanted:
@@ -296,86 +382,178 @@ class LinkFiles:
             for folder, by_name in ((output_path.parent / FOLDER, True), (self.directory, False)):
                 if folder is None:
                     continue
-                for candidate in sorted(glob.glob(os.path.join(glob.escape(str(folder)), "*" + SUFFIX))):
-                    if candidate in own or Path(candidate) in found:
-                        continue
-                    header = self._header(Path(candidate))
-                    if header is None:
-                        continue
-                    # Beside the output, its name says it (the folder moves with the run: another machine,
-                    # another mount); in the named folder, its absolute path (or none: a run whose output
-                    # the framework's schema does not know, whose links only such a folder holds).
-                    if by_name:
-                        named = header.get("output") == output_path.name
-                    else:
-                        named = header.get("output_path") in (output, None)
-                    if not named:
+                listed = folders.get((folder, by_name))
+                if listed is None:
+                    listed = folders[folder, by_name] = self._folder(folder, by_name)
+                # Beside the output, its name says it (the folder moves with the run: another machine,
+                # another mount); in the named folder, its absolute path (or none: a run whose output
+                # the framework's schema does not know, whose links only such a folder holds).
+                for candidate, header, started, size in listed.named(output_path.name if by_name else output):
+                    if candidate in found:
                         continue
                     merged = header.get("merged")
                     if isinstance(merged, list):
                         queue.extend(_absolute(output_path.parent / str(source)) for source in merged)
                         continue
-                    started = header.get("started_ns")
-                    found[Path(candidate)] = (started if isinstance(started, int) else 0, os.path.getsize(candidate))
+                    found[candidate] = (started, size)
         return sorted(
             ((path, started, size) for path, (started, size) in found.items()), key=lambda item: (item[1], str(item[0]))
         )
 
-    def _header(self, path: Path) -> dict[str, Any] | None:
-        try:
-            with open(path, "rb") as file:
-                first = file.readline(4096)
-        except OSError as error:
-            self._warn_once(f"read:{path}", "gym_instrument: cannot read dispatch links file %s: %s", path, error)
+    def _folder(self, folder: Path, by_name: bool) -> _Folder:
+        """The links files of ``folder`` that can be trusted, with their headers, by the output they name."""
+        listed = _Folder(by_name)
+        if not os.path.lexists(folder):
+            return listed
+        # A .gym-links folder beside an output is never followed as a link; a folder the user named may be one.
+        problem = folder_problem(folder, follow=not by_name)
+        if problem is not None:
+            self._warn_once(
+                f"folder:{folder}", "gym_instrument: dispatch links folder %s %s; its links are not read", folder, problem
+            )
+            return listed
+        with self._lock:
+            own = {str(writer.path) for writer in self._writers.values()}
+        # This process's own dispatches were in its memory: a verdict that did not find one there
+        # (found already in this process, or never traced) must not find it again here.
+        for candidate in sorted(glob.glob(os.path.join(glob.escape(str(folder)), "*" + SUFFIX))):
+            if candidate in own:
+                continue
+            read = self._header(Path(candidate))
+            if read is not None:
+                listed.add(Path(candidate), *read)
+        return listed
+
+    def _skip(self, path: Path, problem: str) -> None:
+        self._warn_once(f"skip:{path}", "gym_instrument: dispatch links file %s %s; skipped", path, problem)
+
+    def _header(self, path: Path) -> tuple[dict[str, Any], int, int] | None:
+        """A trusted links file's header, when it started (no later than the file's last change, nor
+        than now) and its size; None (and a log line) for anything else."""
+        opened = _open_trusted(path)
+        if isinstance(opened, str):
+            self._skip(path, opened)
             return None
-        if not first:
+        file, info = opened
+        with file:
+            try:
+                first = next(bounded_lines(file), None)
+            except OSError as error:
+                self._skip(path, f"cannot be read ({error.strerror or error})")
+                return None
+        if first is None:
             _LOG.info("gym_instrument: dispatch links file %s is empty; skipped", path)
             return None
+        if first.data is None:
+            self._skip(path, "is not a dispatch links file: " + too_long(path, first).partition(": ")[2])
+            return None
         try:
-            header = json.loads(first)
-        except ValueError:
+            header = json.loads(first.data)
+        except (ValueError, RecursionError):
             header = None
         if not isinstance(header, dict) or header.get("gym_links") != FORMAT:
-            self._warn_once(f"foreign:{path}", "gym_instrument: %s is not a dispatch links file of this version; skipped", path)
+            self._skip(path, "is not a dispatch links file of this version")
             return None
-        return header
+        started = header.get("started_ns")
+        started = started if type(started) is int and started >= 0 else 0
+        return header, min(started, info.st_mtime_ns, time.time_ns()), info.st_size
 
-    def _entries(self, path: Path, progress: _Progress) -> Iterator[tuple[SpanContext, RolloutIdentity]]:
+    def _entries(self, path: Path, progress: _Progress, named: _Named) -> Iterator[tuple[SpanContext, RolloutIdentity]]:
         bad = 0
+        opened = _open_trusted(path)
+        if isinstance(opened, str):
+            self._skip(path, opened)
+            return
+        file, _ = opened
         try:
-            with open(path, "rb") as file:
-                progress.add(len(file.readline()))
-                for line in file:
-                    progress.add(len(line))
-                    if not line.endswith(b"\n"):
+            with file:
+                for line in bounded_lines(file):
+                    progress.add(line.size)
+                    if line.number == 1:
+                        continue  # the header
+                    data = line.data
+                    if data is None:
+                        _LOG.warning("gym_instrument: dispatch links file %s", too_long(path, line))
+                        continue
+                    if not data.endswith(b"\n"):
                         _LOG.warning("gym_instrument: dispatch links file %s ends in a torn line; it is skipped", path)
                         break
-                    entry = _parse(line)
+                    entry = _parse(data, named)
                     if entry is None:
                         bad += 1
-                        continue
-                    yield entry
+                    elif entry is not _UNNAMED:
+                        yield entry
         except OSError as error:
             self._warn_once(f"read:{path}", "gym_instrument: cannot read dispatch links file %s: %s", path, error)
         if bad:
             _LOG.warning("gym_instrument: %d unreadable lines in dispatch links file %s were skipped", bad, path)
 
 
-def _parse(line: bytes) -> tuple[SpanContext, RolloutIdentity] | None:
+class _Folder:
+    """A folder's trusted links files and their headers, by the output they name (its file name
+    beside the output, its absolute path in a named folder, where a header of no path matches any)."""
+
+    def __init__(self, by_name: bool) -> None:
+        self.by_name = by_name
+        self.by_output: dict[str | None, list[tuple[Path, dict[str, Any], int, int]]] = {}
+
+    def add(self, path: Path, header: dict[str, Any], started: int, size: int) -> None:
+        key = header.get("output") if self.by_name else header.get("output_path")
+        self.by_output.setdefault(key if isinstance(key, str) else None, []).append((path, header, started, size))
+
+    def named(self, output: str) -> list[tuple[Path, dict[str, Any], int, int]]:
+        files = self.by_output.get(output, [])
+        return files if self.by_name else files + self.by_output.get(None, [])
+
+
+class _Named:
+    """The rollouts a health pass's verdicts name: by indices (from the verdict, or its rollout id's
+    index form) or by a custom rollout id. Only these are read from the files."""
+
+    def __init__(self, verdicts: Sequence[tuple[str | None, int | None, int | None]]) -> None:
+        self.indices: set[int | tuple[int, int]] = set()
+        self.custom_ids: set[bytes] = set()
+        for rollout_id, task_index, rollout_index in verdicts:
+            if type(task_index) is int and type(rollout_index) is int:
+                self.indices.add(_indices_key(task_index, rollout_index))
+            if isinstance(rollout_id, str):
+                parsed = parse_index_form(rollout_id)
+                if parsed is None:
+                    if rollout_id.isascii() and rollout_id != "-":
+                        self.custom_ids.add(rollout_id.encode("ascii"))
+                else:
+                    self.indices.add(_indices_key(parsed[0], parsed[1]))
+
+
+def _indices_key(task_index: int, rollout_index: int) -> int | tuple[int, int]:
+    return (task_index << 32) | rollout_index if 0 <= rollout_index < 1 << 32 else (task_index, rollout_index)
+
+
+_UNNAMED: Any = object()  # a well-formed line of a rollout no verdict names
+
+
+def _parse(line: bytes, named: _Named) -> tuple[SpanContext, RolloutIdentity] | None:
+    """A line's dispatch; None for a malformed line, ``_UNNAMED`` for one of a rollout ``named`` does not name."""
     parts = line.split()
     if len(parts) != 7:
         return None
     trace_hex, span_hex, flags_hex, task, rollout, attempt, custom = parts
     try:
-        trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
-        sampled = int(flags_hex, 16) & 1
         task_index = None if task == b"-" else int(task)
         rollout_index = None if rollout == b"-" else int(rollout)
+        if (task_index or 0) < 0 or (rollout_index or 0) < 0:
+            return None
+        if custom not in named.custom_ids and (
+            task_index is None or rollout_index is None or _indices_key(task_index, rollout_index) not in named.indices
+        ):
+            return _UNNAMED  # type: ignore[no-any-return]
+        trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+        sampled = int(flags_hex, 16) & 1
         attempt_index = None if attempt == b"-" else int(attempt)
         custom_id = None if custom == b"-" else custom.decode("ascii")
-    except ValueError:
+    except (ValueError, UnicodeDecodeError):
         return None
-    if not (0 < trace_id < 1 << 128 and 0 < span_id < 1 << 64) or (task_index or 0) < 0 or (rollout_index or 0) < 0:
+    if not (0 < trace_id < 1 << 128 and 0 < span_id < 1 << 64):
         return None
     identity = RolloutIdentity(None, task_index, rollout_index, attempt_index, custom_id, custom_id is not None)
     return span_context(trace_id, span_id, bool(sampled)), identity

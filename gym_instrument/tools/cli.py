@@ -16,6 +16,9 @@ declarative form and says what each target and rule will do, importing no target
 No command ends in a traceback: a path that
 does not exist or holds no spans is one line and exit code 2, a missing extra exit code 3, and
 anything unexpected one line and exit code 1 (``GYM_INSTRUMENT_DEBUG=1`` shows the traceback).
+
+No command writes over one of its inputs, and none replaces an existing file it did not make
+(``--force`` allows it): each is refused in one line, exit code 2, before anything is read.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ EXTRA = "pip install 'gym-instrument[report]'"
 REPLAY_NEEDS = (("opentelemetry.sdk", "opentelemetry-sdk"),)
 FILE_EXPORTER = ("opentelemetry.exporter.otlp.json.file", "opentelemetry-exporter-otlp-json-file")
 
+FORCE_HELP = "replace an existing output file that gym-instrument did not write (never one of the inputs)"
 EPILOG = (
     "exit codes: 0 done, 1 an unexpected error (one line; GYM_INSTRUMENT_DEBUG=1 for the traceback), "
     "2 bad input (a path that does not exist, no spans in it, a bad option), 3 a missing extra"
@@ -61,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         "--html", metavar="OUT.html", help="where the HTML page goes (default: report.html beside the first PATH)"
     )
     report.add_argument("--no-html", action="store_true", help="write no HTML page")
+    report.add_argument("--force", action="store_true", help=FORCE_HELP)
     report.add_argument(
         "--format", choices=("text", "json"), default="text", help="terminal output: a summary, or every figure as JSON"
     )
@@ -90,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("run_a", metavar="RUN_A", help="the first run (the baseline): a span file or a folder")
     compare.add_argument("run_b", metavar="RUN_B", help="the second run: a span file or a folder")
     compare.add_argument("--html", metavar="OUT.html", help="also write the comparison as an HTML page")
+    compare.add_argument("--force", action="store_true", help=FORCE_HELP)
     compare.add_argument("--format", choices=("text", "json"), default="text", help="terminal output: a summary, or JSON")
     compare.add_argument(
         "--success-threshold", type=float, default=1.0, metavar="R", help="a reward >= R is a success (default 1.0)"
@@ -108,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
         "--output", metavar="FILE", help="write OTLP/JSON lines here (default: the exporter OTEL_TRACES_EXPORTER names)"
     )
     replay.add_argument("--append", action="store_true", help="append to --output instead of starting it afresh")
+    replay.add_argument("--force", action="store_true", help=FORCE_HELP)
 
     config = commands.add_parser(
         "config", help="check a configuration in the declarative form (OTEL_PYTHON_GYM_CONFIG)", epilog=EPILOG
@@ -138,6 +145,25 @@ def _default_html(first: str) -> Path:
     return (path if path.is_dir() else path.parent) / "report.html"
 
 
+def _check_output(path: str | os.PathLike[str], inputs: Sequence[str | os.PathLike[str]], args: argparse.Namespace) -> None:
+    """Refuse (one line, exit 2) an output over an input, or over a file the package did not make without --force."""
+    from gym_instrument.tools.outputs import output_refusal
+
+    refusal = output_refusal(path, inputs, force=args.force, append=getattr(args, "append", False))
+    if refusal is not None:
+        raise CommandError(refusal)
+
+
+def _span_inputs(paths: Sequence[str]) -> list[Any]:
+    """The span files the paths name (the paths themselves where one does not exist: the read says so)."""
+    from gym_instrument.tools.report.otlp import span_files
+
+    try:
+        return [*span_files(paths), *paths]
+    except OSError:
+        return list(paths)
+
+
 def _figures(paths: Sequence[str], args: argparse.Namespace, trace_url: str | None = None) -> dict[str, Any]:
     from gym_instrument.tools.report import build_report
 
@@ -153,11 +179,14 @@ def report_command(args: argparse.Namespace) -> int:
     from gym_instrument.tools.report import write_html
     from gym_instrument.tools.report.text import summary
 
+    html_target = None if args.no_html else args.html or _default_html(args.paths[0])
+    if html_target is not None:
+        _check_output(html_target, _span_inputs(args.paths), args)
     figures = _figures(args.paths, args, args.trace_url)
     html_path = None
-    if not args.no_html:
+    if html_target is not None:
         name = ", ".join(Path(path).name or str(path) for path in args.paths[:3]) + (" …" if len(args.paths) > 3 else "")
-        html_path = write_html(figures, args.html or _default_html(args.paths[0]), title=f"gym-instrument report: {name}")
+        html_path = write_html(figures, html_target, title=f"gym-instrument report: {name}")
     if args.format == "json":
         json.dump(figures, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -170,6 +199,8 @@ def compare_command(args: argparse.Namespace) -> int:
     from gym_instrument.tools.report import write_compare_html
     from gym_instrument.tools.report.compare import compare, summary
 
+    if args.html:
+        _check_output(args.html, _span_inputs([args.run_a, args.run_b]), args)
     comparison = compare(_figures([args.run_a], args), _figures([args.run_b], args), args.run_a, args.run_b)
     title = f"gym-instrument compare: {Path(args.run_a).name} → {Path(args.run_b).name}"
     html_path = write_compare_html(comparison, args.html, title=title) if args.html else None
@@ -202,8 +233,15 @@ def replay_command(args: argparse.Namespace) -> int:
             f" {EXTRA}",
             EXIT_MISSING_EXTRA,
         )
-    from gym_instrument.tools.replay import replay
+    from gym_instrument.tools.replay import find_runs, replay
 
+    if args.output:
+        try:
+            runs = find_runs(args.run_dir)
+        except (FileNotFoundError, ValueError) as error:
+            raise CommandError(str(error)) from None
+        inputs = [path for run in runs for path in (run.rollouts, run.failures, run.materialized, run.verdicts) if path]
+        _check_output(args.output, [*inputs, args.run_dir], args)
     try:
         counts = replay(args.run_dir, output=args.output, append=args.append)
     except (FileNotFoundError, ValueError) as error:

@@ -177,10 +177,10 @@ def check_config(source: Any) -> ConfigCheck:
         skipped: list[str] = []
         try:
             target = target_from_mapping(entry, skip=skipped.append)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             path = entry.get("path") if isinstance(entry, Mapping) else None
             found.lines.append(f"target {path!r}: skipped" if isinstance(path, str) else "a target: skipped")
-            found.problem(str(error))
+            found.problem(str(error) if isinstance(error, ValueError) else "nested too deep")
             continue
         targets.append(target)
         function, where = resolve_target(target)

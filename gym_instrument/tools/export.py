@@ -15,10 +15,15 @@ path and write whole lines under one lock, so their lines never interleave.
 
 The SDK builds exporters with no arguments, so the path is read from the environment here:
 ``OTEL_PYTHON_GYM_JSON_FILE`` (default ``gym-telemetry.jsonl`` in the working directory).
+
+A path that cannot be written (a directory, a path under a file, no permission) never stops the
+program or the rest of the instrumentation: the exporter says so in one log line naming the
+variable and the reason, and drops what it is given.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -28,6 +33,8 @@ from opentelemetry.exporter.otlp.json.file.metric_exporter import FileMetricExpo
 from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
 
 from gym_instrument.config.settings import ENV_JSON_FILE
+
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_JSON_FILE = "gym-telemetry.jsonl"
 
@@ -54,7 +61,19 @@ class _SharedLines:
         pass  # every write is flushed with its line
 
 
-_FILES: dict[Path, _SharedLines] = {}
+class _Nowhere:
+    """Where the lines go when the file cannot be opened: nowhere."""
+
+    closed = False
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+_FILES: dict[Path, _SharedLines | _Nowhere] = {}
 _FILES_LOCK = threading.Lock()
 
 
@@ -64,23 +83,40 @@ def json_file_path(environ: Any = None) -> Path:
     return Path(environ.get(ENV_JSON_FILE, "").strip() or DEFAULT_JSON_FILE).expanduser().resolve()
 
 
-def _shared(path: Path) -> Any:
-    with _FILES_LOCK:
-        lines = _FILES.get(path)
-        if lines is None or lines.closed:
-            lines = _FILES[path] = _SharedLines(path)
-        return lines
+def _shared(path: str | os.PathLike[str] | None) -> Any:
+    """The lines every exporter of ``path`` (None: the setting's) writes to; never raises."""
+    given = os.environ.get(ENV_JSON_FILE, "") if path is None else os.fspath(path)
+    try:
+        resolved = Path(path).resolve() if path is not None else json_file_path()
+        with _FILES_LOCK:
+            lines = _FILES.get(resolved)
+            if lines is None or lines.closed:
+                lines = _FILES[resolved] = _SharedLines(resolved)
+            return lines
+    except Exception as error:  # the program and the rest of the instrumentation go on
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        with _FILES_LOCK:
+            warned = given in _UNWRITABLE
+            _UNWRITABLE.add(given)
+        if not warned:
+            _LOG.error(
+                "gym_instrument: %s=%r cannot be written (%s); spans and metrics to it are dropped", ENV_JSON_FILE, given, reason
+            )
+        return _Nowhere()
+
+
+_UNWRITABLE: set[str] = set()  # paths already said to be unwritable (the traces' and the metrics' exporter share one line)
 
 
 class JsonFileSpanExporter(FileSpanExporter):
     """OTLP/JSON span batches, one a line, appended to ``OTEL_PYTHON_GYM_JSON_FILE`` (see the module)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        super().__init__(stream=_shared(Path(path).resolve() if path is not None else json_file_path()))
+        super().__init__(stream=_shared(path))
 
 
 class JsonFileMetricExporter(FileMetricExporter):
     """OTLP/JSON metric batches, one a line, appended to ``OTEL_PYTHON_GYM_JSON_FILE`` (see the module)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, **options: Any) -> None:
-        super().__init__(stream=_shared(Path(path).resolve() if path is not None else json_file_path()), **options)
+        super().__init__(stream=_shared(path), **options)

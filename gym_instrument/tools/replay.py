@@ -50,6 +50,7 @@ from opentelemetry.trace import SpanKind
 
 from gym_instrument import semconv
 from gym_instrument.frameworks import FRAMEWORKS
+from gym_instrument.lines import bounded_lines, too_long
 from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.record.metrics import SCHEMA_URL
 from gym_instrument.record.spans import end_failed
@@ -114,10 +115,10 @@ def _is_rollout_row(path: Path, files: Any) -> bool:
     """True when the first readable line of ``path`` is a rollout row (collector keys or a reward)."""
     try:
         with open(path, "rb") as stream:
-            for _, line in zip(range(20), stream, strict=False):
+            for _, line in zip(range(20), bounded_lines(stream), strict=False):
                 try:
-                    row = json.loads(line)
-                except ValueError:
+                    row = json.loads(line.data or b"")
+                except (ValueError, RecursionError):
                     continue
                 return type(row) is dict and any(key in row for key in files.row_keys) and "resourceSpans" not in row
     except OSError:
@@ -164,12 +165,16 @@ def find_runs(run_dir: str | os.PathLike[str], framework: str = DEFAULT_FRAMEWOR
 
 def _rows(path: Path, counts: ReplayCounts) -> Iterator[dict[str, Any]]:
     with open(path, "rb") as stream:
-        for line in stream:
-            if not line.strip():
+        for line in bounded_lines(stream):
+            if line.data is None:
+                counts.unreadable_lines += 1
+                _LOG.warning("gym-instrument replay: %s", too_long(path, line))
+                continue
+            if not line.data.strip():
                 continue
             try:
-                row = json.loads(line)
-            except ValueError:
+                row = json.loads(line.data)
+            except (ValueError, RecursionError):
                 counts.unreadable_lines += 1  # a truncated or hand-edited line: the health pass flags it too
                 continue
             if type(row) is dict:

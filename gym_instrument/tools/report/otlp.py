@@ -10,6 +10,11 @@ be strings; enums may be numbers or names. Lines that are not JSON, and lines of
 
 Only the package's own spans are decoded; every other span is counted by its name and left
 alone, so a file full of HTTP spans costs little more than reading it.
+
+Lines are read through the package's bounded reader (``gym_instrument.lines``): a line longer than
+``LINE_LIMIT`` is skipped, and a last line cut off mid-batch (a writer killed while it wrote) is
+reported as truncated; each is one line on standard error naming the file, the line and its size,
+and the batches before it still count.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from gym_instrument import semconv
+from gym_instrument.lines import bounded_lines, too_long
 
 GYM_SPANS = frozenset((semconv.SPAN_DISPATCH, semconv.SPAN_VERIFY, semconv.SPAN_HEALTH))
 STATUS_ERROR = 2
@@ -61,6 +67,12 @@ class ReadStats:
     unreadable_spans: int = 0  # a span of ours with no readable trace id or span id
     spans: int = 0
     files_read: list[str] = field(default_factory=list)
+    truncated: list[tuple[str, int, int]] = field(default_factory=list)  # (file, line, bytes): a last line cut off
+    notes: list[str] = field(default_factory=list)  # what was skipped, one line each (also on standard error)
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+        print(f"gym-instrument: {message}", file=sys.stderr)
 
 
 def span_files(paths: Sequence[str | os.PathLike[str]], skipped: list[Path] | None = None) -> list[Path]:
@@ -236,6 +248,18 @@ def spans_of_line(line: str | bytes, stats: ReadStats) -> Iterator[Span]:
                 )
 
 
+def _last_line(path: Path, number: int, data: bytes, stats: ReadStats) -> Iterator[Span]:
+    """A file's last line, which has no newline: a whole batch, or one cut off (truncated), or junk."""
+    bad = stats.bad_lines
+    yield from spans_of_line(data, stats)
+    if stats.bad_lines > bad and _OTLP_START.match(data) is not None:
+        stats.truncated.append((str(path), number, len(data)))
+        stats.note(
+            f"{path}: line {number} is cut off after {len(data):,} bytes (truncated: a writer stopped mid-batch); "
+            f"its spans are lost, the {number - 1:,} lines before it count"
+        )
+
+
 class _Progress:
     """A tqdm bar over the bytes read, drawn on a terminal for long reads only."""
 
@@ -273,11 +297,18 @@ def read_spans(paths: Iterable[Path], stats: ReadStats, progress: bool | None = 
             stats.files += 1
             stats.files_read.append(str(path))
             with open(path, "rb") as stream:
-                for line in stream:
+                for line in bounded_lines(stream):
                     stats.lines += 1
-                    stats.bytes += len(line)
-                    bar.update(len(line))
-                    if line.strip():
-                        yield from spans_of_line(line, stats)
+                    stats.bytes += line.size
+                    bar.update(line.size)
+                    data = line.data
+                    if data is None:
+                        stats.bad_lines += 1
+                        stats.note(too_long(path, line))
+                    elif data.endswith(b"\n"):
+                        if data.strip():
+                            yield from spans_of_line(data, stats)
+                    elif data.strip():
+                        yield from _last_line(path, line.number, data, stats)
     finally:
         bar.close()
