@@ -42,9 +42,9 @@ VISIBLE_ROWS = """(selector) => [...document.querySelectorAll(selector + ' tbody
     .map((row) => [...row.cells].map((cell) => cell.innerText.trim()))"""
 
 
-def gym_instrument(*arguments: str) -> subprocess.CompletedProcess[str]:
+def gym_instrument(*arguments: str, code: int = 0) -> subprocess.CompletedProcess[str]:
     process = subprocess.run([str(GYM_INSTRUMENT), *arguments], capture_output=True, text=True, timeout=300)
-    assert process.returncode == 0, process.stderr
+    assert process.returncode == code, process.stderr
     return process
 
 
@@ -53,7 +53,8 @@ def pages() -> dict[str, Path]:
     WORK.mkdir(parents=True, exist_ok=True)
     spans, _, _ = run_demo.run_pipeline(WORK / "demo")
     built = {"demo": WORK / "demo.html", "070": WORK / "nemo-gym-0.7.0.html", "compare": WORK / "compare.html"}
-    gym_instrument("report", str(spans), "--html", str(built["demo"]), "--trace-url", "phoenix")
+    # The demo's masked and no-answer rollouts: 2 of 12 infrastructure failures, over the default 5 % (exit code 4).
+    gym_instrument("report", str(spans), "--html", str(built["demo"]), "--trace-url", "phoenix", code=4)
     gym_instrument("report", str(RUN_070), "--html", str(built["070"]))  # the run's folder: its span file is found
     # Run B: the same real run, with task weather-sf's rewards dropped to 0 and task #2's raised to 1.
     run_b = WORK / "run_b.otlp.jsonl"

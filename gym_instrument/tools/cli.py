@@ -16,6 +16,9 @@ declarative form and says what each target and rule will do, importing no target
 No command ends in a traceback: a path that
 does not exist or holds no spans is one line and exit code 2, a missing extra exit code 3, and
 anything unexpected one line and exit code 1 (``GYM_INSTRUMENT_DEBUG=1`` shows the traceback).
+``report`` and ``compare`` exit with code 4 when a run's infrastructure failures (failed dispatches,
+failure kinds, masked verifies) are over ``--max-infra-failures`` (default 5 %): the first line says
+so, and the summary and the page are written all the same.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_MISSING_EXTRA = 3
+EXIT_INFRA_FAILURES = 4
 EXTRA = "pip install 'gym-instrument[report]'"
 # What replay imports beyond the base install, as (module, distribution).
 REPLAY_NEEDS = (("opentelemetry.sdk", "opentelemetry-sdk"),)
@@ -38,14 +42,34 @@ FILE_EXPORTER = ("opentelemetry.exporter.otlp.json.file", "opentelemetry-exporte
 
 EPILOG = (
     "exit codes: 0 done, 1 an unexpected error (one line; GYM_INSTRUMENT_DEBUG=1 for the traceback), "
-    "2 bad input (a path that does not exist, no spans in it, a bad option), 3 a missing extra"
+    "2 bad input (a path that does not exist, no spans in it, a bad option), 3 a missing extra, "
+    "4 (report, compare) a run's infrastructure failures over --max-infra-failures (the report is written all the same)"
 )
+INFRA_HELP = (
+    "the share of rollouts that may fail for the infrastructure (a failed dispatch, a failure kind, a masked verify) "
+    "before the first line says so and the exit code is 4: 5%% or 0.05 (default 5%%)"
+)
+
+
+def share(text: str) -> float:
+    """A ``--max-infra-failures`` value: ``5%`` or ``0.05``."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a share: {text!r} (5% or 0.05)") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a share is between 0% and 100% (0 and 1): {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
     from gym_instrument.tools.report.figures import TRACE_URL_PRESETS
+    from gym_instrument.version import __version__
 
-    parser = argparse.ArgumentParser(prog="gym-instrument", description="Look at a rollout run's spans.", epilog=EPILOG)
+    parser = argparse.ArgumentParser(
+        prog="gym-instrument", description=f"Look at a rollout run's spans (gym-instrument {__version__}).", epilog=EPILOG
+    )
+    parser.add_argument("--version", action="version", version=f"gym-instrument {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     report = commands.add_parser(
@@ -58,7 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("paths", nargs="+", metavar="PATH", help="span files, or directories of them")
     report.add_argument(
-        "--html", metavar="OUT.html", help="where the HTML page goes (default: report.html beside the first PATH)"
+        "--html",
+        metavar="OUT.html",
+        help="where the HTML page goes; a folder: its report.html (default: report.html beside the first PATH)",
     )
     report.add_argument("--no-html", action="store_true", help="write no HTML page")
     report.add_argument(
@@ -73,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--success-threshold", type=float, default=1.0, metavar="R", help="a reward >= R is a success (default 1.0)"
     )
+    report.add_argument("--max-infra-failures", type=share, default=0.05, metavar="SHARE", help=INFRA_HELP)
     report.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -94,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--success-threshold", type=float, default=1.0, metavar="R", help="a reward >= R is a success (default 1.0)"
     )
+    compare.add_argument("--max-infra-failures", type=share, default=0.05, metavar="SHARE", help=INFRA_HELP)
 
     replay = commands.add_parser(
         "replay",
@@ -138,12 +166,29 @@ def _default_html(first: str) -> Path:
     return (path if path.is_dir() else path.parent) / "report.html"
 
 
+def _html_path(given: str, name: str) -> Path:
+    """``--html``: a file, or a folder (one that exists, or a path ending in ``/``) for its ``name``."""
+    path = Path(given)
+    if path.is_dir() or given.endswith(("/", os.sep)):
+        return path / name
+    return path
+
+
+def _infra_code(*figures: dict[str, Any]) -> int:
+    """Exit code 4 when a run's infrastructure failures are over ``--max-infra-failures``, else 0."""
+    return EXIT_INFRA_FAILURES if any(item["infra_failures"]["over_limit"] for item in figures) else 0
+
+
 def _figures(paths: Sequence[str], args: argparse.Namespace, trace_url: str | None = None) -> dict[str, Any]:
     from gym_instrument.tools.report import build_report
 
     try:
         return build_report(
-            paths, trace_url=trace_url, success_threshold=args.success_threshold, progress=getattr(args, "progress", None)
+            paths,
+            trace_url=trace_url,
+            success_threshold=args.success_threshold,
+            progress=getattr(args, "progress", None),
+            max_infra_failures=args.max_infra_failures,
         )
     except (FileNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None
@@ -157,28 +202,30 @@ def report_command(args: argparse.Namespace) -> int:
     html_path = None
     if not args.no_html:
         name = ", ".join(Path(path).name or str(path) for path in args.paths[:3]) + (" …" if len(args.paths) > 3 else "")
-        html_path = write_html(figures, args.html or _default_html(args.paths[0]), title=f"gym-instrument report: {name}")
+        target = _html_path(args.html, "report.html") if args.html else _default_html(args.paths[0])
+        html_path = write_html(figures, target, title=f"gym-instrument report: {name}")
     if args.format == "json":
         json.dump(figures, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(summary(figures, str(html_path) if html_path else None))
-    return 0
+    return _infra_code(figures)
 
 
 def compare_command(args: argparse.Namespace) -> int:
     from gym_instrument.tools.report import write_compare_html
     from gym_instrument.tools.report.compare import compare, summary
 
-    comparison = compare(_figures([args.run_a], args), _figures([args.run_b], args), args.run_a, args.run_b)
+    run_a, run_b = _figures([args.run_a], args), _figures([args.run_b], args)
+    comparison = compare(run_a, run_b, args.run_a, args.run_b)
     title = f"gym-instrument compare: {Path(args.run_a).name} → {Path(args.run_b).name}"
-    html_path = write_compare_html(comparison, args.html, title=title) if args.html else None
+    html_path = write_compare_html(comparison, _html_path(args.html, "compare.html"), title=title) if args.html else None
     if args.format == "json":
         json.dump(comparison, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(summary(comparison, str(html_path) if html_path else None))
-    return 0
+    return _infra_code(run_a, run_b)
 
 
 def missing_modules(needed: Sequence[tuple[str, str]]) -> list[str]:

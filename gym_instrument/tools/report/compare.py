@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_instrument.tools.report.text import number, percent, render_table
+from gym_instrument.tools.report.text import kinds_text, number, percent, plural, render_table
 
 EPSILON = 1e-9
 # What "worse" means, in order: a lower mean reward, then a lower success rate, then more unhealthy, then more failed.
@@ -95,6 +95,11 @@ def _sort_key(task: dict[str, Any]) -> tuple[Any, ...]:
     return (rank, *diffs, task["task"])
 
 
+def _infra(figures: dict[str, Any]) -> dict[str, Any]:
+    """A run's infrastructure failures, without the per-task counts (those are in the tasks' measures)."""
+    return {key: value for key, value in figures["infra_failures"].items() if key != "tasks"}
+
+
 def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str = "B") -> dict[str, Any]:
     """The comparison of two runs' figures (both from :func:`~gym_instrument.tools.report.build_report`)."""
     overall = _side_by_side(run_measures(a), run_measures(b))
@@ -125,8 +130,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
     only_b = [task["task"] for key, task in tasks_b.items() if key not in tasks_a]
     changes = {name: sum(task["change"] == name for task in tasks) for name in ("worse", "same", "better")}
     return {
-        "a": {"name": a_name, "files": a["source"]["files"]},
-        "b": {"name": b_name, "files": b["source"]["files"]},
+        "a": {"name": a_name, "files": a["source"]["files"], "infra_failures": _infra(a)},
+        "b": {"name": b_name, "files": b["source"]["files"], "infra_failures": _infra(b)},
         "success_threshold": a["run"]["success_threshold"],
         "overall": overall,
         "overall_change": _change(overall),
@@ -183,10 +188,31 @@ def overall_rows(comparison: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
+def infra_lines(comparison: dict[str, Any]) -> list[str]:
+    """The first lines of a comparison: each run over ``--max-infra-failures``, or one line for both within it."""
+    sides = [(side, comparison[side].get("infra_failures")) for side in ("a", "b")]
+    over = [(side, infra) for side, infra in sides if infra and infra["over_limit"]]
+    lines = [
+        f"OVER THE LIMIT: infrastructure failures in {side.upper()}:"
+        f" {infra['failures']} of {plural(infra['rollouts'], 'rollout')}"
+        f" ({infra['share']:.0%}, over --max-infra-failures {infra['limit']:.0%}): {kinds_text(infra['kinds'])}"
+        for side, infra in over
+    ]
+    if not over and all(infra for _, infra in sides):
+        parts = [
+            f"{side.upper()} {infra['failures']} of {plural(infra['rollouts'], 'rollout')} ({percent(infra['share'])})"
+            for side, infra in sides
+            if infra
+        ]
+        limit = sides[0][1]["limit"] if sides[0][1] else 0.05
+        lines.append(f"infrastructure failures: {', '.join(parts)}; within --max-infra-failures {limit:.0%}")
+    return lines
+
+
 def summary(comparison: dict[str, Any], html_path: str | None = None, task_rows: int = 30) -> str:
     a, b = comparison["a"]["name"], comparison["b"]["name"]
     overall = comparison["overall"]
-    out = [f"A: {a}", f"B: {b}", ""]
+    out = [*infra_lines(comparison), f"A: {a}", f"B: {b}", ""]
     out.append(
         render_table(
             ["overall", "A", "B", "B - A"],

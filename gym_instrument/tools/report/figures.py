@@ -172,6 +172,87 @@ class RolloutMemo:
         }
 
 
+INFRA_LIMIT = 0.05  # the share of infrastructure failures a run may have before the report says so (and exits non-zero)
+MASKED_KIND = "masked"
+
+
+class InfraFailures:
+    """Rollouts that failed for a reason other than the model's answer, counted apart from honest zeros.
+
+    It takes one fact per dispatch (:meth:`dispatched`) and one per scored verify (:meth:`verified`).
+    A rollout is an infrastructure failure when its dispatch failed (its kind: the ``error.type``),
+    its verify names a failure kind (``nemo.gym.failure_kind``; whatever the reward, usually 0), or its
+    verify was masked (kind ``masked``). An honest zero is a numeric reward of 0 with none of these.
+    A failed attempt that a retry of the same (task index, repeat) replaced is not a rollout of its
+    own (:meth:`figures` takes those attempts). Memory: a few counters per task.
+    """
+
+    def __init__(self, limit: float = INFRA_LIMIT) -> None:
+        self.limit = limit
+        self.dispatches: Counter[str] = Counter()  # per task label
+        self.kinds: dict[str, Counter[str]] = {}  # per task label: failures by kind
+        self.honest_zeros: Counter[str] = Counter()
+
+    def dispatched(self, task: str, error_type: str | None) -> None:
+        self.dispatches[task] += 1
+        if error_type is not None:
+            self._fail(task, error_type)
+
+    def verified(self, task: str, reward: float | None, masked: bool, failure_kind: str | None) -> None:
+        if failure_kind is not None:
+            self._fail(task, failure_kind)
+        elif masked:
+            self._fail(task, MASKED_KIND)
+        elif reward == 0.0:
+            self.honest_zeros[task] += 1
+
+    def _fail(self, task: str, kind: str) -> None:
+        kinds = self.kinds.get(task)
+        if kinds is None:
+            kinds = self.kinds[task] = Counter()
+        kinds[kind] += 1
+
+    def figures(self, replaced: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+        """The run's and each task's counts; ``replaced``: (task, error type) of each failed attempt a retry replaced."""
+        dispatches = Counter(self.dispatches)
+        kinds = {task: Counter(counts) for task, counts in self.kinds.items()}
+        left_out = 0
+        for task, error_type in replaced:
+            counts = kinds.get(task)
+            if counts is not None and counts[error_type] > 0:
+                counts[error_type] -= 1
+                dispatches[task] -= 1
+                left_out += 1
+        tasks = {}
+        run_kinds: Counter[str] = Counter()
+        for task in dispatches:
+            counts = +kinds.get(task, Counter())
+            run_kinds.update(counts)
+            failures = sum(counts.values())
+            tasks[task] = {
+                "rollouts": dispatches[task],
+                "failures": failures,
+                "share": failures / dispatches[task] if dispatches[task] else None,
+                "kinds": dict(counts.most_common()),
+                "honest_zeros": self.honest_zeros[task],
+            }
+        rollouts = sum(dispatches.values())
+        failures = sum(run_kinds.values())
+        share = failures / rollouts if rollouts else None
+        return {
+            "over": "rollouts: dispatches less the failed attempts a retry replaced",
+            "rollouts": rollouts,
+            "failures": failures,
+            "share": share,
+            "kinds": dict(run_kinds.most_common()),
+            "honest_zeros": sum(self.honest_zeros.values()),
+            "replaced_attempts": left_out,
+            "limit": self.limit,
+            "over_limit": share is not None and share > self.limit,
+            "tasks": tasks,
+        }
+
+
 def reward_class(reward: float, threshold: float) -> str:
     if math.isnan(reward):
         return "no verify"
@@ -421,8 +502,10 @@ class RunFigures:
         join_capacity: int = JOIN_CAPACITY,
         rollout_rows: int = ROLLOUT_ROWS,
         memo_capacity: int = MEMO_CAPACITY,
+        max_infra_failures: float = INFRA_LIMIT,
     ) -> None:
         self.success_threshold = success_threshold
+        self.infra = InfraFailures(max_infra_failures)
         self.rollout_rows = rollout_rows
         self.memo = RolloutMemo(memo_capacity)
         self.rows: dict[int, dict[str, Any]] = {}
@@ -535,6 +618,7 @@ class RunFigures:
         else:
             error_name = None
             self.memo.add(key)
+        self.infra.dispatched(task.label, error_name)
         self._attempt(span, attributes, task, rollout_id, error_name, key)
         duration: int | None = None
         if attributes.get(REPLAY_TIMING) == TIMING_PLACEHOLDER or span.end_ns < span.start_ns or not span.start_ns:
@@ -606,6 +690,7 @@ class RunFigures:
         result = (
             float(cast(float, reward)) if type(reward) in (int, float) and math.isfinite(cast(float, reward)) else None,
             attributes.get(semconv.VERIFY_MASKED) is True,
+            kind if type(kind := attributes.get(semconv.FAILURE_KIND)) is str else None,
         )
         self._meet(span, attributes, "verify", result)
 
@@ -621,9 +706,11 @@ class RunFigures:
         else:
             self._score(partner, payload)
 
-    def _score(self, dispatch: tuple[TaskStats, int | None], result: tuple[float | None, bool]) -> None:
+    def _score(self, dispatch: tuple[TaskStats, int | None], result: tuple[float | None, bool, str | None]) -> None:
         task, key = dispatch
-        reward, masked = result
+        reward, masked, failure_kind = result
+        if key is not None:
+            self.infra.verified(task.label, reward, masked, failure_kind)
         if reward is not None:
             task.add_reward(reward, reward >= self.success_threshold)
         elif masked:
@@ -843,6 +930,9 @@ class RunFigures:
             "rollouts": self._rollout_rows(),
         }
         figures["time"]["linear_histogram"] = durations.linear_histogram()
+        figures["infra_failures"] = infra = self.infra.figures(self._replaced_attempts())
+        for task_figure in task_figures:
+            task_figure["infra_failures"] = infra["tasks"].get(task_figure["task"])
         figures["health"]["unhealthy"] = [
             self._fill({key: value for key, value in item.items() if key != "key"}, item["key"]) for item in self.unhealthy
         ]
@@ -905,6 +995,14 @@ class RunFigures:
             "rewarded_unhealthy": rewarded_unhealthy,
             "not_crossed": self.memo.full,
         }
+
+    def _replaced_attempts(self) -> list[tuple[str, str]]:
+        """(task, error type) of each failed attempt that a later attempt of its (task index, repeat) replaced."""
+        replaced = []
+        for attempts in self.chains.values():
+            ordered = sorted(attempts, key=lambda attempt: attempt["attempt"])
+            replaced += [(step["task"], step["error_type"]) for step in ordered[:-1] if step["error_type"] is not None]
+        return replaced
 
     def _retries(self) -> dict[str, Any]:
         chains: list[dict[str, Any]] = []

@@ -29,6 +29,8 @@ h2 { font-size: 18px; margin-top: 30px; border-bottom: 1px solid #ddd; padding-b
 h3 { font-size: 15px; margin: 18px 0 4px; }
 nav a { margin-right: 12px; }
 .muted { color: #666; } .note { color: #555; max-width: 980px; }
+.infra { border-left: 4px solid #ccc; padding: 2px 12px; margin: 12px 0; }
+.infra h2 { margin-top: 6px; border: 0; } .infra.over { border-left-color: #e15759; background: #fdf3f2; }
 .cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 14px 0; }
 .card { border: 1px solid #ddd; border-radius: 6px; padding: 6px 12px; min-width: 120px; max-width: 230px; }
 .card b { display: block; font-size: 20px; } .card span { font-size: 12px; }
@@ -491,6 +493,35 @@ def _retries(retries: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def infra_section(infra: dict[str, Any] | None, tasks: Sequence[dict[str, Any]]) -> str:
+    """First on the page: rollouts that failed for the infrastructure, apart from honest rewards of 0, per task."""
+    from gym_instrument.tools.report.text import infra_line, kinds_text
+
+    line = infra_line(infra)
+    if infra is None or line is None:
+        return ""
+    css = "infra over" if infra["over_limit"] else "infra"
+    parts = [
+        f"<section id='infra-failures' class='{css}'><h2>Infrastructure failures: {infra['failures']} of"
+        f" {infra['rollouts']} rollouts</h2><p>{_e(line)}</p>",
+        "<p class='note'>A rollout failed for the infrastructure, not for its answer, when its dispatch failed"
+        " (<code>error.type</code>), its verify names a failure kind (<code>nemo.gym.failure_kind</code>) or was masked."
+        " A trainer that reads such a rollout as reward 0 learns from a broken environment. Honest zeros: a numeric"
+        " reward of 0 with none of these. A failed attempt that a retry replaced is not counted.</p>",
+    ]
+    failing = [task for task in tasks if (task.get("infra_failures") or {}).get("failures")]
+    if failing:
+        rows = [
+            f"<tr>{_td(_e(task['task']), text=True)}{_td(task['infra_failures']['failures'])}"
+            f"{_td(task['infra_failures']['rollouts'])}{_td(_e(kinds_text(task['infra_failures']['kinds'])), text=True)}"
+            f"{_td(task['infra_failures']['honest_zeros'])}</tr>"
+            for task in failing
+        ]
+        header = [("task", True), ("failures", False), ("rollouts", False), ("kinds", True), ("honest zeros", False)]
+        parts.append(_table(header, rows, table_id="infra-table"))
+    return "".join(parts) + "</section>"
+
+
 def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str:
     """The whole page."""
     source, run, health, time, errors = figures["source"], figures["run"], figures["health"], figures["time"], figures["errors"]
@@ -505,6 +536,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
         + (f", <b>{source['replayed_spans']} replayed</b> from a run's files" if source["replayed_spans"] else "")
         + (f"; services: {_e(', '.join(source['services']))}" if source["services"] else "")
         + "</p>",
+        infra_section(figures.get("infra_failures"), tasks),
         "<nav><a href='#rewards'>Rewards</a><a href='#reward-health-section'>Reward × health</a><a href='#tasks'>Tasks</a>"
         "<a href='#groups'>Agents</a><a href='#rollouts'>All rollouts</a><a href='#health'>Health</a>"
         "<a href='#time'>Time</a></nav>",
@@ -685,7 +717,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
 
 def render_compare(comparison: dict[str, Any], title: str = "gym-instrument compare") -> str:
     """The page of :func:`gym_instrument.tools.report.compare.compare`: overall, then every task, worse first."""
-    from gym_instrument.tools.report.compare import diff_text, overall_rows, value_text
+    from gym_instrument.tools.report.compare import diff_text, infra_lines, overall_rows, value_text
 
     a, b = comparison["a"], comparison["b"]
     overall = comparison["overall"]
@@ -696,6 +728,14 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
         f"<h1>{html.escape(title)}</h1>",
         f"<p><b>A</b>: <code>{_e(a['name'])}</code><br><b>B</b>: <code>{_e(b['name'])}</code></p>",
     ]
+    over = any((comparison[side].get("infra_failures") or {}).get("over_limit") for side in ("a", "b"))
+    lines = infra_lines(comparison)
+    if lines:
+        parts.append(
+            f"<section id='infra-failures' class='infra{' over' if over else ''}'>"
+            + "".join(f"<p>{_e(line)}</p>" for line in lines)
+            + "</section>"
+        )
     changes = comparison["changes"]
     parts.append(
         "<div class='cards'>"

@@ -82,10 +82,41 @@ TASK_HEADER = [
 ]
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 rollout``, ``2 rollouts``: a count and its noun."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def kinds_text(kinds: dict[str, int]) -> str:
+    return ", ".join(f"{kind} {count}" for kind, count in kinds.items())
+
+
+def infra_line(infra: dict[str, Any] | None) -> str | None:
+    """The first line of a report: infrastructure failures, apart from honest zeros, against the limit."""
+    if not infra or not infra["rollouts"]:
+        return None
+    limit = f"--max-infra-failures {infra['limit']:.0%}"
+    if not infra["failures"]:
+        return (
+            f"infrastructure failures: none of {plural(infra['rollouts'], 'rollout')} (limit {limit});"
+            f" honest zeros: {infra['honest_zeros']}"
+        )
+    head = "OVER THE LIMIT: " if infra["over_limit"] else ""
+    where = "over" if infra["over_limit"] else "within"
+    return (
+        f"{head}infrastructure failures: {infra['failures']} of {plural(infra['rollouts'], 'rollout')}"
+        f" ({infra['share']:.0%}, {where} {limit}): {kinds_text(infra['kinds'])};"
+        f" honest zeros (reward 0, no failure): {infra['honest_zeros']}"
+    )
+
+
 def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
     """A few screens at most, whatever the size of the run."""
     source, run, health, time = figures["source"], figures["run"], figures["health"], figures["time"]
     out: list[str] = []
+    first = infra_line(figures.get("infra_failures"))
+    if first:
+        out.append(first)
     replayed = f", {source['replayed_spans']} replayed" if source["replayed_spans"] else ""
     out.append(
         f"spans: {source['spans']} of the package{replayed} from {len(source['files'])} file(s)"
@@ -116,6 +147,24 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
     if run["verifies_without_dispatch"]:
         out.append(f"verify spans whose dispatch was not found: {run['verifies_without_dispatch']}")
     tasks = figures["tasks"]
+    failing = [task for task in tasks if (task.get("infra_failures") or {}).get("failures")]
+    if failing:
+        out += ["", "infrastructure failures per task (not rewards of 0):"]
+        out.append(
+            render_table(
+                ["task", "failures", "of rollouts", "kinds", "honest zeros"],
+                [
+                    [
+                        task["task"],
+                        task["infra_failures"]["failures"],
+                        task["infra_failures"]["rollouts"],
+                        kinds_text(task["infra_failures"]["kinds"]),
+                        task["infra_failures"]["honest_zeros"],
+                    ]
+                    for task in failing[:TASK_ROWS]
+                ],
+            )
+        )
     if tasks:
         out += ["", render_table(TASK_HEADER, task_rows(tasks[:TASK_ROWS]))]
         if len(tasks) > TASK_ROWS:
