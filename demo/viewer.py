@@ -111,9 +111,9 @@ class Phoenix:
     # -- what a process needs to send its spans here ------------------------------------------------
 
     def exporting(self, also_file: bool = True) -> dict[str, str]:
-        """``OTEL_*`` variables that send a process's spans here over OTLP/HTTP (and to stdout as OTLP/JSON)."""
+        """``OTEL_*`` variables that send a process's spans here over OTLP/HTTP (and to ``gym_json_file``'s file)."""
         return {
-            "OTEL_TRACES_EXPORTER": "otlp_json_file,otlp" if also_file else "otlp",
+            "OTEL_TRACES_EXPORTER": "gym_json_file,otlp" if also_file else "otlp",
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.traces_endpoint,
             "OTEL_RESOURCE_ATTRIBUTES": f"openinference.project.name={self.project}",
