@@ -116,7 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("run_a", metavar="RUN_A", help="the first run (the baseline): a span file or a folder")
     compare.add_argument("run_b", metavar="RUN_B", help="the second run: a span file or a folder")
-    compare.add_argument("--html", metavar="OUT.html", help="also write the comparison as an HTML page")
+    compare.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="also write the comparison as an HTML page (a folder: its compare.html), with each run's report beside it"
+        " (OUT-a.html, OUT-b.html)",
+    )
     compare.add_argument("--format", choices=("text", "json"), default="text", help="terminal output: a summary, or JSON")
     compare.add_argument(
         "--success-threshold", type=float, default=1.0, metavar="R", help="a reward >= R is a success (default 1.0)"
@@ -213,13 +218,21 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    from gym_instrument.tools.report import write_compare_html
+    from gym_instrument.tools.report import write_compare_html, write_html
     from gym_instrument.tools.report.compare import compare, summary
 
     run_a, run_b = _figures([args.run_a], args), _figures([args.run_b], args)
     comparison = compare(run_a, run_b, args.run_a, args.run_b)
     title = f"gym-instrument compare: {Path(args.run_a).name} → {Path(args.run_b).name}"
-    html_path = write_compare_html(comparison, _html_path(args.html, "compare.html"), title=title) if args.html else None
+    html_path = None
+    if args.html:
+        html_path = _html_path(args.html, "compare.html")
+        for side, figures, source in (("a", run_a, args.run_a), ("b", run_b, args.run_b)):  # each run's own report, beside it
+            page = write_html(
+                figures, html_path.with_name(f"{html_path.stem}-{side}.html"), title=f"gym-instrument report: {source}"
+            )
+            comparison[side]["report"] = str(page)
+        write_compare_html(comparison, html_path, title=title)
     if args.format == "json":
         json.dump(comparison, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -253,6 +253,182 @@ class InfraFailures:
         }
 
 
+# Model calls (OpenTelemetry GenAI semantic conventions) and a rollout's token totals on its dispatch.
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
+ROLLOUT_MODEL_CALLS = "nemo.gym.rollout.model_calls"
+TOKEN_ROLLOUTS = 1_000_000  # rollouts whose tokens are kept for tokens against reward
+RECENT_DISPATCHES = 100_000  # dispatches remembered for the model-call spans read after them
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+class TokenFigures:
+    """Tokens per rollout and per task (mean, p95), the slowest model calls, and tokens against reward.
+
+    A rollout's tokens are its dispatch's totals (``gen_ai.usage.input_tokens`` / ``output_tokens``,
+    ``nemo.gym.rollout.model_calls``) when it has them, else the sum of its model-call spans (kind
+    CLIENT, ``gen_ai.operation.name``), matched by trace id and ``nemo.gym.rollout.id``. Memory: a
+    few dozen bytes per rollout with tokens (its total and task, up to ``TOKEN_ROLLOUTS``, for the
+    per-task quantiles and tokens against reward); the model calls of rollouts whose dispatch is not
+    read yet; the last ``RECENT_DISPATCHES`` dispatches (for model calls read after them).
+    """
+
+    def __init__(self) -> None:
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.model_calls = 0
+        self.model_call_spans = 0
+        self.model_call_errors: Counter[str] = Counter()
+        self.from_dispatch = 0
+        self.from_spans = 0
+        self.calls: dict[int, list[int]] = {}  # rollout key -> [input, output, calls] of spans not yet matched
+        self.recent: OrderedDict[int, str | None] = OrderedDict()  # key -> task label; None: had its own totals
+        self.per_rollout: dict[int, tuple[int, str]] = {}  # key -> (tokens, task)
+        self.not_kept = 0
+        self.slowest: list[tuple[int, int, dict[str, Any]]] = []
+        self._sequence = 0
+
+    def model_call(self, span: Span, key: int, trace_url: str | None) -> None:
+        attributes = span.attributes
+        self.model_call_spans += 1
+        error = attributes.get(semconv.ERROR_TYPE)
+        if error is not None or span.status_code == STATUS_ERROR:
+            self.model_call_errors[str(error) if error is not None else "(error without error.type)"] += 1
+        tokens_in = _count(attributes.get(GEN_AI_INPUT_TOKENS)) or 0
+        tokens_out = _count(attributes.get(GEN_AI_OUTPUT_TOKENS)) or 0
+        if span.end_ns >= span.start_ns > 0:
+            duration = span.end_ns - span.start_ns
+            self._sequence += 1
+            if len(self.slowest) < SLOWEST or duration > self.slowest[0][0]:
+                entry = {
+                    "name": span.name,
+                    "model": attributes.get(GEN_AI_RESPONSE_MODEL) or attributes.get(GEN_AI_REQUEST_MODEL),
+                    "rollout_id": attributes.get(semconv.ROLLOUT_ID),
+                    "duration_ms": duration / 1e6,
+                    "input_tokens": _count(attributes.get(GEN_AI_INPUT_TOKENS)),
+                    "output_tokens": _count(attributes.get(GEN_AI_OUTPUT_TOKENS)),
+                    "finish_reasons": attributes.get(GEN_AI_FINISH_REASONS),
+                    "error_type": error,
+                    "trace_id": span.trace_id,
+                }
+                if trace_url:
+                    entry["trace_url"] = trace_link(trace_url, span.trace_id, span.span_id)
+                item = (duration, self._sequence, entry)
+                if len(self.slowest) < SLOWEST:
+                    heapq.heappush(self.slowest, item)
+                else:
+                    heapq.heapreplace(self.slowest, item)
+        if key in self.recent:
+            task = self.recent[key]
+            if task is not None:  # its dispatch had no totals: this call counts now
+                self._fold(key, task, tokens_in, tokens_out, 1, from_dispatch=False)
+            return
+        sums = self.calls.get(key)
+        if sums is None:
+            sums = self.calls[key] = [0, 0, 0]
+        sums[0] += tokens_in
+        sums[1] += tokens_out
+        sums[2] += 1
+
+    def dispatch(self, attributes: dict[str, Any], key: int, task: str) -> None:
+        tokens_in, tokens_out = _count(attributes.get(GEN_AI_INPUT_TOKENS)), _count(attributes.get(GEN_AI_OUTPUT_TOKENS))
+        if tokens_in is not None or tokens_out is not None:
+            calls = _count(attributes.get(ROLLOUT_MODEL_CALLS)) or 0
+            self.calls.pop(key, None)  # its own totals win over its spans
+            self._fold(key, task, tokens_in or 0, tokens_out or 0, calls, from_dispatch=True)
+            self._remember(key, None)
+            return
+        sums = self.calls.pop(key, None)
+        if sums is not None:
+            self._fold(key, task, sums[0], sums[1], sums[2], from_dispatch=False)
+        self._remember(key, task)
+
+    def _remember(self, key: int, task: str | None) -> None:
+        self.recent[key] = task
+        if len(self.recent) > RECENT_DISPATCHES:
+            self.recent.popitem(last=False)
+
+    def _fold(self, key: int, task: str, tokens_in: int, tokens_out: int, calls: int, from_dispatch: bool) -> None:
+        """Count a rollout's tokens (or, for a model call read after its dispatch, add to them)."""
+        self.input_tokens += tokens_in
+        self.output_tokens += tokens_out
+        self.model_calls += calls
+        known = self.per_rollout.get(key)
+        if known is None:
+            self.from_dispatch += from_dispatch
+            self.from_spans += not from_dispatch
+            if len(self.per_rollout) < TOKEN_ROLLOUTS:
+                self.per_rollout[key] = (tokens_in + tokens_out, task)
+            else:
+                self.not_kept += 1
+        else:
+            self.per_rollout[key] = (known[0] + tokens_in + tokens_out, known[1])
+
+    def figures(self, reward_of: Any, threshold: float) -> dict[str, Any]:
+        """``reward_of(key)``: the rollout's memo reward (NaN none, +inf masked, -inf unscored), or None."""
+        for key, sums in self.calls.items():  # model calls whose dispatch was never read
+            self._fold(key, "(model calls without a dispatch)", sums[0], sums[1], sums[2], from_dispatch=False)
+        self.calls = {}
+        run = DurationSketch()
+        tasks: dict[str, DurationSketch] = {}
+        by_reward: dict[str, DurationSketch] = {}
+        for key, (total, task) in self.per_rollout.items():
+            run.add(total)
+            sketch = tasks.get(task)
+            if sketch is None:
+                sketch = tasks[task] = DurationSketch()
+            sketch.add(total)
+            known = reward_of(key)
+            reward = known[0] if known is not None else math.nan
+            value = reward_value(reward)
+            label = "no verify" if value is None else (value if isinstance(value, str) else f"{round(value, 2):g}")
+            group = by_reward.get(label)
+            if group is None:
+                group = by_reward[label] = DurationSketch()
+            group.add(total)
+
+        def stats(sketch: DurationSketch) -> dict[str, Any]:
+            return {
+                "rollouts": sketch.count,
+                "mean": sketch.total / sketch.count if sketch.count else None,
+                "p95": sketch.quantile(0.95),
+                "max": sketch.max,
+            }
+
+        return {
+            "rollouts": run.count,
+            "from_dispatch_totals": self.from_dispatch,
+            "from_model_call_spans": self.from_spans,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "model_calls": self.model_calls,
+            "model_call_spans": self.model_call_spans,
+            "model_call_errors": dict(self.model_call_errors.most_common()),
+            "per_rollout": stats(run),
+            "tasks": {task: stats(sketch) for task, sketch in tasks.items()},
+            "by_reward": [
+                {"reward": label, **stats(sketch)}
+                for label, sketch in sorted(by_reward.items(), key=lambda item: _reward_order(item[0]))
+            ],
+            "slowest_model_calls": [entry for _, _, entry in sorted(self.slowest, reverse=True)],
+            "not_kept": self.not_kept,
+        }
+
+
+def _reward_order(label: str) -> tuple[int, float]:
+    try:
+        return (0, float(label))
+    except ValueError:
+        return (1, 0.0)
+
+
 def reward_class(reward: float, threshold: float) -> str:
     if math.isnan(reward):
         return "no verify"
@@ -370,6 +546,26 @@ class DurationSketch:
             ],
             "beyond": beyond,
         }
+
+
+class TaskDurations:
+    """Each task's dispatch durations in a sketch of its own (p50 / p95 per task): grows with tasks, not rollouts."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, DurationSketch] = {}
+
+    def add(self, task: str, nanos: int) -> None:
+        sketch = self.tasks.get(task)
+        if sketch is None:
+            sketch = self.tasks[task] = DurationSketch()
+        sketch.add(nanos)
+
+    def figures(self, task: str) -> dict[str, float | None]:
+        sketch = self.tasks.get(task)
+        if sketch is None:
+            return {"p50_ms": None, "p95_ms": None}
+        p50, p95 = sketch.quantile(0.50), sketch.quantile(0.95)
+        return {"p50_ms": None if p50 is None else p50 / 1e6, "p95_ms": None if p95 is None else p95 / 1e6}
 
 
 def nice_step(raw: float) -> float:
@@ -506,6 +702,8 @@ class RunFigures:
     ) -> None:
         self.success_threshold = success_threshold
         self.infra = InfraFailures(max_infra_failures)
+        self.tokens = TokenFigures()
+        self.task_durations = TaskDurations()
         self.rollout_rows = rollout_rows
         self.memo = RolloutMemo(memo_capacity)
         self.rows: dict[int, dict[str, Any]] = {}
@@ -555,6 +753,10 @@ class RunFigures:
             self._dispatch(span, attributes)
         elif span.name == semconv.SPAN_VERIFY:
             self._verify(span, attributes)
+        elif GEN_AI_OPERATION in attributes:
+            rollout_id = attributes.get(semconv.ROLLOUT_ID)
+            key = rollout_key(span.trace_id, rollout_id if type(rollout_id) is str else None)
+            self.tokens.model_call(span, key, self.trace_url)
         else:
             self._health(span, attributes)
 
@@ -619,6 +821,7 @@ class RunFigures:
             error_name = None
             self.memo.add(key)
         self.infra.dispatched(task.label, error_name)
+        self.tokens.dispatch(attributes, key, task.label)
         self._attempt(span, attributes, task, rollout_id, error_name, key)
         duration: int | None = None
         if attributes.get(REPLAY_TIMING) == TIMING_PLACEHOLDER or span.end_ns < span.start_ns or not span.start_ns:
@@ -628,6 +831,7 @@ class RunFigures:
             self.durations.add(duration)
             task.durations += 1
             task.duration_total += duration
+            self.task_durations.add(task.label, duration)
             self._sequence += 1
             if len(self.slowest) < SLOWEST or duration > self.slowest[0][0]:
                 entry = (duration, self._sequence, {**self._rollout(span, attributes, task), "duration_ms": duration / 1e6})
@@ -931,8 +1135,11 @@ class RunFigures:
         }
         figures["time"]["linear_histogram"] = durations.linear_histogram()
         figures["infra_failures"] = infra = self.infra.figures(self._replaced_attempts())
+        figures["tokens"] = tokens = self.tokens.figures(self.memo.get, self.success_threshold)
         for task_figure in task_figures:
             task_figure["infra_failures"] = infra["tasks"].get(task_figure["task"])
+            task_figure["tokens"] = tokens["tasks"].get(task_figure["task"])
+            task_figure.update(self.task_durations.figures(task_figure["task"]))
         figures["health"]["unhealthy"] = [
             self._fill({key: value for key, value in item.items() if key != "key"}, item["key"]) for item in self.unhealthy
         ]

@@ -522,6 +522,53 @@ def infra_section(infra: dict[str, Any] | None, tasks: Sequence[dict[str, Any]])
     return "".join(parts) + "</section>"
 
 
+def token_section(tokens: dict[str, Any] | None) -> str:
+    """Tokens per rollout and per task, against reward, and the slowest model calls (nothing when the spans have none)."""
+    from gym_instrument.tools.report.text import count_text, token_lines
+
+    lines = token_lines(tokens)
+    if tokens is None or not lines:
+        return ""
+    parts = ["<h2 id='tokens'>Tokens</h2>", f"<p>{_e(lines[1])}</p>"]
+    if tokens["by_reward"]:
+        rows = [
+            f"<tr>{_td(_e(item['reward']), text=True)}{_td(item['rollouts'])}{_td(count_text(item['mean']))}"
+            f"{_td(count_text(item['p95']))}</tr>"
+            for item in tokens["by_reward"]
+        ]
+        parts.append("<h3>Tokens against reward</h3>")
+        header = [("reward", True), ("rollouts", False), ("mean tokens", False), ("p95", False)]
+        parts.append(_table(header, rows, table_id="tokens-reward-table"))
+    if tokens["tasks"]:
+        rows = [
+            f"<tr>{_td(_e(task), text=True)}{_td(item['rollouts'])}{_td(count_text(item['mean']))}"
+            f"{_td(count_text(item['p95']))}{_td(count_text(item['max']))}</tr>"
+            for task, item in tokens["tasks"].items()
+        ]
+        parts.append("<h3>Tokens per task (per rollout)</h3>")
+        header = [("task", True), ("rollouts", False), ("mean", False), ("p95", False), ("max", False)]
+        parts.append(_table(header, rows, table_id="tokens-task-table"))
+    if tokens["slowest_model_calls"]:
+        rows = [
+            f"<tr>{_td(_e(item['name']), text=True)}{_td(_e(item['model'] or '-'), text=True)}"
+            f"{_td(_e(item['rollout_id'] or '-'), text=True)}{_td(milliseconds(item['duration_ms']), sort=item['duration_ms'])}"
+            f"{_td(count_text(item['input_tokens']))}{_td(count_text(item['output_tokens']))}{_td(_trace(item), text=True)}</tr>"
+            for item in tokens["slowest_model_calls"]
+        ]
+        parts.append("<h3>Slowest model calls</h3>")
+        header = [
+            ("call", True),
+            ("model", True),
+            ("rollout id", True),
+            ("time", False),
+            ("input", False),
+            ("output", False),
+            ("trace", True),
+        ]
+        parts.append(_table(header, rows, table_id="model-calls-table"))
+    return "".join(parts)
+
+
 def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str:
     """The whole page."""
     source, run, health, time, errors = figures["source"], figures["run"], figures["health"], figures["time"], figures["errors"]
@@ -708,6 +755,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
                 ],
             )
         )
+    parts.append(token_section(figures.get("tokens")))
     parts.append(
         "<h2 id='source'>Source</h2><ul>" + "".join(f"<li><code>{_e(path)}</code></li>" for path in source["files"]) + "</ul>"
     )
@@ -715,18 +763,26 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     return "\n".join(parts)
 
 
+def _run_name(letter: str, run: dict[str, Any]) -> str:
+    """A run on the comparison page: its service name(s), its path, a link to its own report."""
+    from pathlib import Path
+
+    services = ", ".join(run.get("services") or []) or "(no service.name)"
+    link = f" · <a href='{_e(Path(run['report']).name)}'>its report</a>" if run.get("report") else ""
+    return f"<b>{letter}</b>: {_e(services)} <code>{_e(run['name'])}</code>{link}"
+
+
 def render_compare(comparison: dict[str, Any], title: str = "gym-instrument compare") -> str:
     """The page of :func:`gym_instrument.tools.report.compare.compare`: overall, then every task, worse first."""
     from gym_instrument.tools.report.compare import diff_text, infra_lines, overall_rows, value_text
 
-    a, b = comparison["a"], comparison["b"]
     overall = comparison["overall"]
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body><main>",
         f"<h1>{html.escape(title)}</h1>",
-        f"<p><b>A</b>: <code>{_e(a['name'])}</code><br><b>B</b>: <code>{_e(b['name'])}</code></p>",
+        "<p>" + "<br>".join(_run_name(side.upper(), comparison[side]) for side in ("a", "b")) + "</p>",
     ]
     over = any((comparison[side].get("infra_failures") or {}).get("over_limit") for side in ("a", "b"))
     lines = infra_lines(comparison)
@@ -794,6 +850,14 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
             diff("unhealthy_rate", "percent"),
             _td(pair("failed", "count")),
             diff("failed", "count"),
+            _td(pair("masked_rate", "percent")),
+            diff("masked_rate", "percent"),
+            _td(pair("p50_ms", "ms")),
+            diff("p50_ms", "ms"),
+            _td(pair("p95_ms", "ms")),
+            diff("p95_ms", "ms"),
+            _td(pair("tokens_mean", "tokens")),
+            diff("tokens_mean", "tokens"),
         ]
         css = {"worse": ' class="bad"', "better": ' class="good"'}.get(task["change"], "")
         rows.append(f'<tr data-change="{task["change"]}"{css}>{"".join(cells)}</tr>')
@@ -809,6 +873,14 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
         ("unhealthy A → B", False),
         ("Δ", False),
         ("failed A → B", False),
+        ("Δ", False),
+        ("masked A → B", False),
+        ("Δ", False),
+        ("p50 time A → B", False),
+        ("Δ", False),
+        ("p95 time A → B", False),
+        ("Δ", False),
+        ("tokens / rollout A → B", False),
         ("Δ", False),
     ]
     parts.append(_table(header, rows, table_id="compare-tasks", full=True))

@@ -250,9 +250,70 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
                     ],
                 )
             )
+    out += token_lines(figures.get("tokens"))
     if html_path:
         out += ["", f"report: {html_path}"]
     return "\n".join(out)
+
+
+def token_lines(tokens: dict[str, Any] | None) -> list[str]:
+    """Tokens per rollout and per task, against reward, and the slowest model calls; nothing without them."""
+    if not tokens or not (tokens["rollouts"] or tokens["model_call_spans"]):
+        return []
+    per = tokens["per_rollout"]
+    out = [
+        "",
+        f"tokens: {tokens['input_tokens'] + tokens['output_tokens']:,} (input {tokens['input_tokens']:,}, output"
+        f" {tokens['output_tokens']:,}) in {plural(tokens['model_calls'], 'model call')} over"
+        f" {plural(tokens['rollouts'], 'rollout')}; per rollout mean {count_text(per['mean'])}, p95 {count_text(per['p95'])}"
+        f" ({tokens['from_dispatch_totals']} from the dispatch's totals, {tokens['from_model_call_spans']} summed from"
+        " model-call spans)",
+    ]
+    if tokens["by_reward"]:
+        out.append(
+            "tokens against reward: "
+            + "; ".join(
+                f"reward {item['reward']}: mean {count_text(item['mean'])}, p95 {count_text(item['p95'])}"
+                f" ({plural(item['rollouts'], 'rollout')})"
+                for item in tokens["by_reward"]
+            )
+        )
+    if tokens["tasks"]:
+        out.append("tokens per task:")
+        out.append(
+            render_table(
+                ["task", "rollouts", "mean", "p95", "max"],
+                [
+                    [task, item["rollouts"], count_text(item["mean"]), count_text(item["p95"]), count_text(item["max"])]
+                    for task, item in list(tokens["tasks"].items())[:TASK_ROWS]
+                ],
+            )
+        )
+    if tokens["model_call_errors"]:
+        out.append("failed model calls: " + kinds_text(tokens["model_call_errors"]))
+    if tokens["slowest_model_calls"]:
+        out.append("slowest model calls:")
+        out.append(
+            render_table(
+                ["call", "rollout id", "time", "input", "output", "trace"],
+                [
+                    [
+                        item["name"],
+                        item["rollout_id"] or "-",
+                        milliseconds(item["duration_ms"]),
+                        count_text(item["input_tokens"]),
+                        count_text(item["output_tokens"]),
+                        link(item),
+                    ]
+                    for item in tokens["slowest_model_calls"][:5]
+                ],
+            )
+        )
+    return out
+
+
+def count_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def reward_text(value: Any) -> str:
