@@ -145,7 +145,7 @@ def table(spans: list[Span]) -> list[list[str]]:
             reward_text = f"(none: {verify.get('nemo.gym.failure_kind', 'not numeric')})"
         rows.append(
             [
-                attributes.get("nemo.gym.task.id", "-"),
+                attributes.get("nemo.gym.task.id") or f"#{attributes.get('nemo.gym.task.index', '?')}",  # as the report names it
                 str(attributes.get("nemo.gym.rollout.repeat", "-")),
                 attributes.get("nemo.gym.rollout.id", "-"),
                 reward_text,

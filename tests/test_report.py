@@ -267,7 +267,7 @@ def test_terminal_summary(demo_run: Any) -> None:
     for label in TASK_LABELS:
         assert re.search(rf"^{re.escape(label)}\s+3\s", out, re.MULTILINE)
     assert re.search(r"^#3\s+3-1\s+unscored\s+agent_turn_hollow", out, re.MULTILINE)  # unhealthy, with its reward
-    assert "retries: 1 dispatches; 1 rollouts recovered, 0 still failed: 1-2 -> 1-2-a1" in out
+    assert "retries: 1 dispatch; 1 rollout recovered, 0 still failed: 1-2 -> 1-2-a1" in out
     assert "rewarded but unhealthy (a success the health pass flags: reward hacking or a broken judge?): 0" in out
 
 

@@ -1080,6 +1080,7 @@ class RunFigures:
                 "services": sorted(self.services),
                 "first_start_unix_nano": self.first_start,
                 "last_end_unix_nano": self.last_end,
+                "wall_ms": (self.last_end - self.first_start) / 1e6 if self.first_start and self.last_end else None,
             },
             "run": {
                 "tasks": len(tasks),

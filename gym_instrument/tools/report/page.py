@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gym_instrument.tools.report.svg import Bar, Segment, duration_label, histogram, horizontal_bars, stacked_shares
-from gym_instrument.tools.report.text import milliseconds, number, percent
+from gym_instrument.tools.report.text import milliseconds, number, percent, plural, span_text
 
 PICTURE_TASKS = 40  # tasks drawn in the reward-per-task chart
 TABLE_TASKS = 5000  # rows of the per-task table (the JSON has them all)
@@ -183,7 +183,7 @@ def reward_chart(figures: dict[str, Any]) -> str:
     rewards = figures["rewards"]
     success = figures["run"]["success_threshold"]
     extra = [
-        Bar(name, rewards[key], colour, f"{rewards[key]} rollouts {name}")
+        Bar(name, rewards[key], colour, f"{plural(rewards[key], 'rollout')} {name}")
         for name, key, colour in (
             ("masked", "masked", MASKED),
             ("unscored", "unscored", UNSCORED),
@@ -200,7 +200,7 @@ def reward_chart(figures: dict[str, Any]) -> str:
             f"{float(value):g}",
             count,
             SUCCESS if float(value) >= success else BELOW,
-            f"reward {float(value):g}: {count} rollouts",
+            f"reward {float(value):g}: {plural(count, 'rollout')}",
         )
         for value, count in rewards["values"].items()
     ]
@@ -212,7 +212,10 @@ def task_chart(tasks: Sequence[dict[str, Any]], threshold: float) -> str:
     rows = []
     for task in tasks[:PICTURE_TASKS]:
         successes, below = task["successes"], task["rewarded"] - task["successes"]
-        failed = sum(task["errors"].values())
+        # Rollouts, as the Tasks table counts them, and those that failed for good: a failed attempt that a
+        # retry replaced is not a rollout of its own.
+        infra = task.get("infra_failures")
+        failed = infra["rollouts"] - task["rollouts"] if infra else sum(task["errors"].values())
         rows.append(
             (
                 task["task"],
@@ -235,7 +238,11 @@ def duration_chart(time: dict[str, Any]) -> str:
     if not bins:
         return ""
     scale = bins[-1][1]
-    extra = [Bar("longer", linear["beyond"], "#76b7b2", f"{linear['beyond']} dispatches longer")] if linear["beyond"] else []
+    extra = (
+        [Bar("longer", linear["beyond"], "#76b7b2", f"{plural(linear['beyond'], 'dispatch', 'dispatches')} longer")]
+        if linear["beyond"]
+        else []
+    )
     unit = "s" if scale >= 2000 else "ms"
     return histogram(bins, f"dispatch duration ({unit})", "dispatches", lambda ms: duration_label(ms, scale), extra)
 
@@ -262,7 +269,12 @@ def _cards(figures: dict[str, Any]) -> str:
     largest = next(reversed(pass_at), None)
     cards = [
         _card("tasks", run["tasks"]),
-        _card("dispatches", run["dispatches"], f"{run['errors']} failed, {figures['retries']['retried_dispatches']} retries"),
+        _card(
+            "dispatches",
+            run["dispatches"],
+            f"{run['errors']} failed, {plural(figures['retries']['retried_dispatches'], 'retry', 'retries')}",
+        ),
+        _card("wall time", milliseconds(figures["source"].get("wall_ms")), span_text(figures["source"])),
         _card("rewarded rollouts", run["rewarded"], f"{run['masked']} masked, {run['unscored']} unscored"),
         _card(
             "mean reward",
@@ -354,7 +366,7 @@ TASK_HEADER = [
     ("std", False),
     ("success", False),
     ("pass@1", False),
-    ("pass@n", False),
+    ("pass@k", False),
     ("all equal", False),
     ("unhealthy", False),
     ("mean time", False),
@@ -503,7 +515,7 @@ def infra_section(infra: dict[str, Any] | None, tasks: Sequence[dict[str, Any]])
     css = "infra over" if infra["over_limit"] else "infra"
     parts = [
         f"<section id='infra-failures' class='{css}'><h2>Infrastructure failures: {infra['failures']} of"
-        f" {infra['rollouts']} rollouts</h2><p>{_e(line)}</p>",
+        f" {plural(infra['rollouts'], 'rollout')}</h2><p>{_e(line)}</p>",
         "<p class='note'>A rollout failed for the infrastructure, not for its answer, when its dispatch failed"
         " (<code>error.type</code>), its verify names a failure kind (<code>nemo.gym.failure_kind</code>) or was masked."
         " A trainer that reads such a rollout as reward 0 learns from a broken environment. Honest zeros: a numeric"
@@ -606,7 +618,8 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     shown = min(len(tasks), PICTURE_TASKS)
     parts.append(
         _figure(
-            f"Reward per task: share of its rollouts at each outcome ({shown} of {len(tasks)} tasks)",
+            "Reward per task: share of its rollouts at each outcome, as the Tasks table counts them"
+            f" ({shown} of {len(tasks)} tasks)",
             task_chart(tasks, threshold),
         )
     )
@@ -623,7 +636,8 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
         parts.append(_crossed(reward_health, list(health["verdicts"])))
         flagged = reward_health["rewarded_unhealthy"]
         parts.append(
-            f"<h3 id='rewarded-unhealthy'>Rewarded but unhealthy: {reward_health['rewarded_unhealthy_total']} rollouts</h3>"
+            "<h3 id='rewarded-unhealthy'>Rewarded but unhealthy:"
+            f" {plural(reward_health['rewarded_unhealthy_total'], 'rollout')}</h3>"
         )
         if flagged:
             if len(flagged) < reward_health["rewarded_unhealthy_total"]:
@@ -636,8 +650,8 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
 
     parts.append("<h2 id='tasks'>Tasks</h2>")
     parts.append(
-        "<p class='note'>One row per task, over its rollouts (dispatches that did not fail). pass@n is pass@k at k = the"
-        " task's own number of rewarded rollouts. A highlighted row is a group whose rewards are all equal: its advantages"
+        "<p class='note'>One row per task, over its rollouts (dispatches that did not fail). pass@k at k = the task's own"
+        " number of rewarded rollouts. A highlighted row is a group whose rewards are all equal: its advantages"
         " are all zero, so it teaches a GRPO-style update nothing. Click a column to sort.</p>"
     )
     parts.append(_table(TASK_HEADER, _task_rows(tasks), table_id="tasks-table", full=True))
@@ -717,7 +731,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     parts.append("<h2 id='health'>Health</h2>")
     if health["spans"]:
         parts.append("<div class='charts'>")
-        parts.append(_figure(f"Verdicts ({health['spans']} rollouts)", verdict_chart(health)))
+        parts.append(_figure(f"Verdicts ({plural(health['spans'], 'rollout')})", verdict_chart(health)))
         parts.append(_figure("Failed checks, by rollouts hit", checks_chart(health)))
         parts.append("</div>")
         if health["unhealthy"]:

@@ -82,6 +82,19 @@ TASK_HEADER = [
 ]
 
 
+def span_text(source: dict[str, Any]) -> str:
+    """The run's start and end in UTC (first dispatch start, last dispatch end), the end's date only when it differs."""
+    import datetime
+
+    start, end = source.get("first_start_unix_nano"), source.get("last_end_unix_nano")
+    if not start or not end:
+        return "no dispatch with a start and an end"
+    first = datetime.datetime.fromtimestamp(start / 1e9, datetime.timezone.utc)
+    last = datetime.datetime.fromtimestamp(end / 1e9, datetime.timezone.utc)
+    shown = "%H:%M:%S" if last.date() == first.date() else "%Y-%m-%d %H:%M:%S"
+    return f"{first:%Y-%m-%d %H:%M:%S} to {last.strftime(shown)} UTC"
+
+
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """``1 rollout``, ``2 rollouts``: a count and its noun."""
     return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
@@ -122,13 +135,16 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
         f"spans: {source['spans']} of the package{replayed} from {len(source['files'])} file(s)"
         + (f"; services: {', '.join(source['services'])}" if source["services"] else "")
     )
+    if source.get("wall_ms") is not None:
+        out.append(f"time: {span_text(source)}, wall {milliseconds(source['wall_ms'])}")
     if source.get("unreadable_lines"):
         out.append(
             f"{source['unreadable_lines']} lines could not be read (not OTLP/JSON: a program's own output in the"
             " span file? the gym_json_file exporter writes to a file of its own)"
         )
     out.append(
-        f"run: {run['tasks']} tasks, {run['dispatches']} dispatches ({run['errors']} failed), {run['rewarded']} rewarded,"
+        f"run: {plural(run['tasks'], 'task')}, {plural(run['dispatches'], 'dispatch', 'dispatches')} ({run['errors']} failed),"
+        f" {run['rewarded']} rewarded,"
         f" {run['masked']} masked, {run['unscored']} without a numeric reward"
     )
     out.append(
@@ -209,7 +225,8 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
         chains = [" -> ".join(str(step["rollout_id"]) for step in chain["attempts"]) for chain in retries["chains"][:5]]
         out += [
             "",
-            f"retries: {retries['retried_dispatches']} dispatches; {retries['recovered']} rollouts recovered,"
+            f"retries: {plural(retries['retried_dispatches'], 'dispatch', 'dispatches')};"
+            f" {plural(retries['recovered'], 'rollout')} recovered,"
             f" {retries['still_failed']} still failed" + (": " + ", ".join(chains) if chains else ""),
         ]
     agents = (figures.get("groups") or {}).get("agent") or []
