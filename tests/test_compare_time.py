@@ -66,5 +66,5 @@ def test_each_side_named_by_service_and_file_with_a_link_to_its_report(runs: tup
     assert re.search(r"^dispatch time p95\s+[\d.]+ ms\s+[\d.]+ ms\s+\+0\.000 ms$", out, re.MULTILINE)
     page = (tmp_path / "compare.html").read_text()
     assert f"<b>A</b>: demo-rollouts <code>{run_a}</code> · <a href='compare-a.html'>its report</a>" in page
-    assert "p95 time A → B" in page and "masked A → B" in page
+    assert "time p50 · p95, ms A → B" in page and "masked A → B" in page
     assert "Reward per task" in (tmp_path / "compare-a.html").read_text()

@@ -777,6 +777,18 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     return "\n".join(parts)
 
 
+def _ms(value: float | None) -> str:
+    """Milliseconds in three figures or so, without the unit (the column names it)."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2g}"
+
+
+def times(measures: dict[str, Any]) -> str:
+    """A task's p50 and p95 dispatch time, A → B each, in one cell."""
+    return " · ".join(f"{_ms(measures[name]['a'])} → {_ms(measures[name]['b'])}" for name in ("p50_ms", "p95_ms"))
+
+
 def _run_name(letter: str, run: dict[str, Any]) -> str:
     """A run on the comparison page: its service name(s), its path, a link to its own report."""
     from pathlib import Path
@@ -840,12 +852,23 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
         " runs have for the task. Click a column to sort.</p>"
     )
     rows = []
+    tokens = any(
+        task["measures"].get("tokens_mean", {}).get(side) is not None for task in comparison["tasks"] for side in ("a", "b")
+    )
     for task in comparison["tasks"]:
         m = task["measures"]
         k = m.get("pass_at_k")
 
         def pair(name: str, kind: str, m: dict[str, Any] = m) -> str:
             return f"{value_text(m[name]['a'], kind)} → {value_text(m[name]['b'], kind)}"
+
+        def change(name: str, kind: str, m: dict[str, Any] = m) -> str:
+            """A → B and the change in one cell, sorted by the change."""
+            value = m[name]["diff"]
+            shown = f"{value_text(m[name]['a'], kind)} → {value_text(m[name]['b'], kind)}"
+            if value is not None:
+                shown += f" <span class='muted'>({diff_text(value, kind)})</span>"
+            return _td(shown, sort=value if value is not None else "")
 
         def diff(name: str, kind: str, m: dict[str, Any] = m) -> str:
             value = m[name]["diff"]
@@ -864,14 +887,9 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
             diff("unhealthy_rate", "percent"),
             _td(pair("failed", "count")),
             diff("failed", "count"),
-            _td(pair("masked_rate", "percent")),
-            diff("masked_rate", "percent"),
-            _td(pair("p50_ms", "ms")),
-            diff("p50_ms", "ms"),
-            _td(pair("p95_ms", "ms")),
-            diff("p95_ms", "ms"),
-            _td(pair("tokens_mean", "tokens")),
-            diff("tokens_mean", "tokens"),
+            _td(pair("masked_rate", "percent"), sort=m["masked_rate"]["diff"] if m["masked_rate"]["diff"] is not None else ""),
+            _td(times(m), sort=m["p95_ms"]["diff"] if m["p95_ms"]["diff"] is not None else ""),
+            *([change("tokens_mean", "tokens")] if tokens else []),
         ]
         css = {"worse": ' class="bad"', "better": ' class="good"'}.get(task["change"], "")
         rows.append(f'<tr data-change="{task["change"]}"{css}>{"".join(cells)}</tr>')
@@ -889,13 +907,8 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
         ("failed A → B", False),
         ("Δ", False),
         ("masked A → B", False),
-        ("Δ", False),
-        ("p50 time A → B", False),
-        ("Δ", False),
-        ("p95 time A → B", False),
-        ("Δ", False),
-        ("tokens / rollout A → B", False),
-        ("Δ", False),
+        ("time p50 · p95, ms A → B", False),
+        *([("tokens / rollout A → B (Δ)", False)] if tokens else []),
     ]
     parts.append(_table(header, rows, table_id="compare-tasks", full=True))
     for side, key in (("A", "only_in_a"), ("B", "only_in_b")):
