@@ -7,7 +7,8 @@ Phoenix has stored them (read back through its REST API), and prints the URL of 
 one rollout's trace. ``demo/output/ui/report.html`` links every rollout to its trace in Phoenix.
 It keeps all of it in ``demo/output/ui/``, apart from what ``make demo`` keeps in ``demo/output/``.
 Each rollout's outcome is posted to Phoenix as annotations on its root (dispatch) span, ``health``
-(the verdict) and ``reward`` (see ``viewer.py``), so the trace list shows them and filters by them.
+(the verdict), ``reward`` and ``rollout`` (its task and rollout id; see ``viewer.py``), so the trace
+list shows them and filters by them.
 
 By default Phoenix keeps running in the foreground until Ctrl-C. ``--detach`` (``make demo-ui
 DETACH=1``) leaves it running in the background and returns; ``--stop`` (``make demo-ui-stop``)
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {verdicts['unhealthy']} unhealthy) and reward (annotation {viewer.REWARD!r});"
     )
     print(f"  its unhealthy rollouts only, typed into the filter box:  {viewer.UNHEALTHY_FILTER}")
+    print(f"  each row's task and rollout id: annotation {viewer.ROLLOUT!r}; Columns → {viewer.ROLLOUT} makes it a column")
     if server is None:
         print("That Phoenix was running before and keeps running (make demo-ui-stop stops one that make demo-ui DETACH=1 left).")
         return 0
