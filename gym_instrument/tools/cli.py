@@ -4,7 +4,9 @@ and ``replay`` (spans from a run's files).
 ::
 
     gym-instrument report PATH... [--html OUT.html | --no-html] [--format text|json] [--trace-url TEMPLATE]
-    gym-instrument compare RUN_A RUN_B [--html OUT.html] [--format text|json]
+                          [--max-infra-failures SHARE]
+    gym-instrument compare RUN_A RUN_B [--html OUT.html] [--format text|json] [--max-infra-failures SHARE]
+    gym-instrument --version
     gym-instrument replay RUN_DIR [--output FILE]
     gym-instrument config check FILE
 
