@@ -3,10 +3,11 @@ and show what its spans and metrics say: one row per rollout, a summary per task
 
 The pipeline (``rollout_pipeline.py``) has no telemetry code: the launcher finds the ``gym``
 instrumentor, which wraps the functions named in ``OTEL_PYTHON_GYM_TARGETS``. Spans and metrics
-go to OpenTelemetry's OTLP/JSON file exporter (``OTEL_TRACES_EXPORTER=otlp_json_file``), which
-writes to the process's standard output, redirected into ``demo/output/spans.otlp.jsonl``.
-Everything stays in ``demo/output/`` (git-ignored): the spans, the pipeline's ``rollouts.jsonl``
-and ``report.html``. The command that made the spans is printed as it ran, so it can be run by hand.
+go to the package's OTLP/JSON file exporter (``OTEL_TRACES_EXPORTER=gym_json_file``, the one the
+quick start uses), which appends them to the file ``OTEL_PYTHON_GYM_JSON_FILE`` names:
+``demo/output/spans.otlp.jsonl``. Everything stays in ``demo/output/`` (git-ignored): the spans,
+the pipeline's ``rollouts.jsonl`` and ``report.html``. The command that made the spans is printed
+as it ran, so it can be run by hand.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ sys.path.insert(0, str(REPO))  # run as a script from a checkout: the package be
 
 from gym_instrument.tools.report import build_report, write_html  # noqa: E402
 from gym_instrument.tools.report.otlp import ReadStats, Span, read_spans  # noqa: E402
-from gym_instrument.tools.report.text import TASK_HEADER, render_table, task_rows  # noqa: E402
+from gym_instrument.tools.report.text import TASK_HEADER, infra_line, kinds_text, render_table, task_rows  # noqa: E402
 
 
 def _shown(path: Path) -> str:
@@ -58,8 +59,9 @@ def pipeline_command(output: Path, exporting: dict[str, str] | None = None) -> s
         "PYTHONPATH": _shown(HERE),
         "OTEL_SERVICE_NAME": "demo-rollouts",
         "OTEL_PYTHON_GYM_TARGETS": TARGETS,
-        "OTEL_TRACES_EXPORTER": "otlp_json_file",
-        "OTEL_METRICS_EXPORTER": "otlp_json_file",
+        "OTEL_TRACES_EXPORTER": "gym_json_file",
+        "OTEL_METRICS_EXPORTER": "gym_json_file",
+        "OTEL_PYTHON_GYM_JSON_FILE": _shown(output / SPANS_FILE),
         "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # one export, at shutdown
         "OTEL_LOGS_EXPORTER": "none",
         **(exporting or {}),
@@ -72,7 +74,7 @@ def pipeline_command(output: Path, exporting: dict[str, str] | None = None) -> s
         shlex.quote(_shown(HERE / "run_pipeline.py")),
         shlex.quote(_shown(output / ROLLOUTS_FILE)),
     ]
-    return " ".join(words) + " > " + shlex.quote(_shown(output / SPANS_FILE))
+    return " ".join(words)
 
 
 def run_pipeline(output: Path, exporting: dict[str, str] | None = None) -> tuple[Path, Path, str]:
@@ -143,7 +145,7 @@ def table(spans: list[Span]) -> list[list[str]]:
             reward_text = f"(none: {verify.get('nemo.gym.failure_kind', 'not numeric')})"
         rows.append(
             [
-                attributes.get("nemo.gym.task.id", "-"),
+                attributes.get("nemo.gym.task.id") or f"#{attributes.get('nemo.gym.task.index', '?')}",  # as the report names it
                 str(attributes.get("nemo.gym.rollout.repeat", "-")),
                 attributes.get("nemo.gym.rollout.id", "-"),
                 reward_text,
@@ -187,6 +189,7 @@ def main(output: Path = OUTPUT, exporting: dict[str, str] | None = None, trace_u
     report = write_html(figures, output / REPORT_FILE, title="gym-instrument demo run")
     run = figures["run"]
     print()
+    print(infra_line(figures["infra_failures"]))
     print(
         f"per task (reward >= 1 is a success; pass@k over the repeats; mean {run['mean_reward']:.2f},"
         f" success {run['success_rate']:.0%}, {run['zero_variance_groups']} of {run['groups']} groups with all rewards equal):"
@@ -203,6 +206,10 @@ def main(output: Path = OUTPUT, exporting: dict[str, str] | None = None, trace_u
         f"  {shlex.quote(_shown(gym_instrument))} report {shlex.quote(_shown(spans_file))} --html {shlex.quote(_shown(report))}"
         + trace_url_option
     )
+    infra = figures["infra_failures"]
+    if infra["over_limit"]:
+        print(f"  (exit code 4, and its first line says why: {infra['failures']} of the {infra['rollouts']} rollouts are")
+        print(f"  infrastructure failures ({kinds_text(infra['kinds'])}), over --max-infra-failures {infra['limit']:.0%})")
     return spans
 
 

@@ -1,12 +1,14 @@
 """``make demo-ui``: the demo run, in a real trace viewer (Arize Phoenix) on 127.0.0.1.
 
-Starts Phoenix from ``.venv-ui/`` with its data in ``demo/output/phoenix/`` (or finds a Phoenix
+Starts Phoenix from ``.venv-ui/`` with its data in ``demo/output/ui/phoenix/`` (or finds a Phoenix
 already answering on the port), runs the demo pipeline traced as ``make demo`` does, with its
-spans sent over OTLP/HTTP to Phoenix as well as to ``demo/output/spans.otlp.jsonl``, waits until
+spans sent over OTLP/HTTP to Phoenix as well as to ``demo/output/ui/spans.otlp.jsonl``, waits until
 Phoenix has stored them (read back through its REST API), and prints the URL of the run and of
-one rollout's trace. ``demo/output/report.html`` links every rollout to its trace in Phoenix.
+one rollout's trace. ``demo/output/ui/report.html`` links every rollout to its trace in Phoenix.
+It keeps all of it in ``demo/output/ui/``, apart from what ``make demo`` keeps in ``demo/output/``.
 Each rollout's outcome is posted to Phoenix as annotations on its root (dispatch) span, ``health``
-(the verdict) and ``reward`` (see ``viewer.py``), so the trace list shows them and filters by them.
+(the verdict), ``reward`` and ``rollout`` (its task and rollout id; see ``viewer.py``), so the trace
+list shows them and filters by them.
 
 By default Phoenix keeps running in the foreground until Ctrl-C. ``--detach`` (``make demo-ui
 DETACH=1``) leaves it running in the background and returns; ``--stop`` (``make demo-ui-stop``)
@@ -28,6 +30,8 @@ sys.path.insert(0, str(HERE))
 
 import run_demo  # noqa: E402
 import viewer  # noqa: E402
+
+UI_OUTPUT = run_demo.OUTPUT / "ui"  # not make demo's own files: one does not overwrite the other
 
 DEFAULT_PHOENIX = run_demo.REPO / ".venv-ui" / "bin" / "phoenix"
 
@@ -72,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phoenix", type=Path, default=DEFAULT_PHOENIX, help="phoenix command (default .venv-ui/bin/phoenix)")
     parser.add_argument("--port", type=int, default=viewer.DEFAULT_PORT, help="Phoenix's HTTP port on 127.0.0.1 (default 6006)")
-    parser.add_argument("--output", type=Path, default=run_demo.OUTPUT, help="what the demo keeps (default demo/output)")
+    parser.add_argument("--output", type=Path, default=UI_OUTPUT, help="what the demo keeps (default demo/output/ui)")
     parser.add_argument("--detach", action="store_true", help="leave Phoenix running in the background and return")
     parser.add_argument("--stop", action="store_true", help="stop the Phoenix a --detach run left running, and return")
     args = parser.parse_args(argv)
@@ -140,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {verdicts['unhealthy']} unhealthy) and reward (annotation {viewer.REWARD!r});"
     )
     print(f"  its unhealthy rollouts only, typed into the filter box:  {viewer.UNHEALTHY_FILTER}")
+    print(f"  each row's task and rollout id: annotation {viewer.ROLLOUT!r}; Columns → {viewer.ROLLOUT} makes it a column")
     if server is None:
         print("That Phoenix was running before and keeps running (make demo-ui-stop stops one that make demo-ui DETACH=1 left).")
         return 0
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         pid = server.process.pid if server.process else "?"
         stop = (
             "make demo-ui-stop"
-            if args.output == run_demo.OUTPUT
+            if args.output == UI_OUTPUT
             else f"python demo/run_demo_ui.py --stop --output {_shown(args.output)}"
         )
         print(f"Phoenix keeps running in the background (process group {pid}); stop it with: {stop}")

@@ -41,6 +41,10 @@ PROJECT = "gym-demo"
 # list takes to show the unhealthy rollouts only.
 VERDICT = "health"
 REWARD = "reward"
+# Which rollout a row is: its task (the task id, else #<task index>, as the report names it) and
+# rollout id, as the label of a third annotation; it sorts after the other two, so the verdict stays
+# the chip a narrow column shows, and Phoenix's Columns menu makes it a column of its own.
+ROLLOUT = "rollout"
 ANNOTATION_IDENTIFIER = "gym-instrument-demo"
 UNHEALTHY_FILTER = f"annotations['{VERDICT}'].label == 'unhealthy'"
 DEFAULT_PORT = 6006  # Phoenix's own default, and the report's ``--trace-url phoenix`` preset
@@ -111,9 +115,9 @@ class Phoenix:
     # -- what a process needs to send its spans here ------------------------------------------------
 
     def exporting(self, also_file: bool = True) -> dict[str, str]:
-        """``OTEL_*`` variables that send a process's spans here over OTLP/HTTP (and to stdout as OTLP/JSON)."""
+        """``OTEL_*`` variables that send a process's spans here over OTLP/HTTP (and to ``gym_json_file``'s file)."""
         return {
-            "OTEL_TRACES_EXPORTER": "otlp_json_file,otlp" if also_file else "otlp",
+            "OTEL_TRACES_EXPORTER": "gym_json_file,otlp" if also_file else "otlp",
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.traces_endpoint,
             "OTEL_RESOURCE_ATTRIBUTES": f"openinference.project.name={self.project}",
@@ -239,16 +243,27 @@ class Phoenix:
             after = spans["pageInfo"]["endCursor"]
 
 
-def outcome_annotations(rollouts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rollout (as :func:`rollouts` gives them), the annotations its dispatch span gets:
-    ``health`` (the verdict) from its health span and ``reward`` from its verify span, where it has them.
+def rollout_label(dispatch: dict[str, Any]) -> str:
+    """A rollout as a row of the trace list names it: ``arith-001 · 0-2``, ``#3 · 3-1`` for a task without an id."""
+    task = dispatch.get("nemo.gym.task.id")
+    if task is None:
+        index = dispatch.get("nemo.gym.task.index")
+        task = f"#{index}" if index is not None else "(no task)"
+    return f"{task} · {dispatch.get('nemo.gym.rollout.id', '?')}"
 
-    A dispatch that failed has neither: Phoenix shows its error status already.
+
+def outcome_annotations(rollouts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rollout (as :func:`rollouts` gives them), the annotations its dispatch span gets: ``rollout``
+    (its task and rollout id), ``health`` (the verdict) from its health span and ``reward`` from its
+    verify span, where it has them.
+
+    A dispatch that failed has only ``rollout``: Phoenix shows its error status already.
     """
     annotations = []
     for rollout in rollouts:
         span_id = rollout["dispatch"]["span_id"]
         common = {"span_id": span_id, "annotator_kind": "CODE", "identifier": ANNOTATION_IDENTIFIER}
+        annotations.append({**common, "name": ROLLOUT, "result": {"label": rollout_label(rollout["dispatch"]["attributes"])}})
         if rollout["health"] is not None:
             health = rollout["health"]["attributes"]
             checks = health.get("nemo.gym.health.checks") or []

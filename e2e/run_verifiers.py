@@ -191,7 +191,8 @@ def check_report(spans_path: Path, episodes: list[dict], report: Report) -> None
     otlp_file.write_text(json.dumps(document) + "\n")
     command = [str(VENV / "bin" / "gym-instrument"), "report", str(otlp_file), "--format", "json", "--no-html"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    if not report.check(result.returncode == 0, f"gym-instrument report failed: {result.stderr[-2000:]}"):
+    # Exit code 4: the run's failed dispatches are over --max-infra-failures; the figures are checked below all the same.
+    if not report.check(result.returncode in (0, 4), f"gym-instrument report failed: {result.stderr[-2000:]}"):
         return
     run = json.loads(result.stdout)["run"]
     expected = {

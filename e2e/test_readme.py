@@ -257,6 +257,8 @@ def test_the_quick_start_writes_the_spans_to_a_file_with_no_collector(ran: Ran) 
     task_ids = {span.attributes.get("nemo.gym.task.id") for span in spans if span.name == "gym.rollout.dispatch"}
     assert task_ids == {"arith-001", "arith-002", "geo-17", None}
     assert "run: 4 tasks, 13 dispatches (1 failed)" in block.output  # the report's summary
+    # Its first line: the demo's masked and no-answer rollouts, within the limit the quick start sets.
+    assert "infrastructure failures: 2 of 12 rollouts (17%, within --max-infra-failures 20%)" in block.output
     assert not (ran.checkout / "rollouts.jsonl").exists() and (ran.checkout / "out" / "rollouts.jsonl").is_file()
     assert not block.dirty
 
@@ -303,7 +305,7 @@ def test_the_report_commands_leave_the_page_and_the_figures(ran: Ran) -> None:
     assert "Reward per task" in (out / "report.html").read_text()
     figures = json.loads((out / "figures.json").read_text())
     assert [task["task"] for task in figures["tasks"]] == ["arith-001", "arith-002", "geo-17", "#3"]
-    linked = (out / "linked.html").read_text()  # --trace-url phoenix
+    linked = (out / "linked" / "report.html").read_text()  # --trace-url phoenix; --html a folder: its report.html
     assert len(set(re.findall(r'href="http://127\.0\.0\.1:6006/redirects/traces/([0-9a-f]{32})"', linked))) == 13
     assert "Reward per task" in (out / "spans" / "report.html").read_text()  # python -m: beside the first input
 

@@ -42,9 +42,9 @@ VISIBLE_ROWS = """(selector) => [...document.querySelectorAll(selector + ' tbody
     .map((row) => [...row.cells].map((cell) => cell.innerText.trim()))"""
 
 
-def gym_instrument(*arguments: str) -> subprocess.CompletedProcess[str]:
+def gym_instrument(*arguments: str, code: int = 0) -> subprocess.CompletedProcess[str]:
     process = subprocess.run([str(GYM_INSTRUMENT), *arguments], capture_output=True, text=True, timeout=300)
-    assert process.returncode == 0, process.stderr
+    assert process.returncode == code, process.stderr
     return process
 
 
@@ -53,7 +53,8 @@ def pages() -> dict[str, Path]:
     WORK.mkdir(parents=True, exist_ok=True)
     spans, _, _ = run_demo.run_pipeline(WORK / "demo")
     built = {"demo": WORK / "demo.html", "070": WORK / "nemo-gym-0.7.0.html", "compare": WORK / "compare.html"}
-    gym_instrument("report", str(spans), "--html", str(built["demo"]), "--trace-url", "phoenix")
+    # The demo's masked and no-answer rollouts: 2 of 12 infrastructure failures, over the default 5 % (exit code 4).
+    gym_instrument("report", str(spans), "--html", str(built["demo"]), "--trace-url", "phoenix", code=4)
     gym_instrument("report", str(RUN_070), "--html", str(built["070"]))  # the run's folder: its span file is found
     # Run B: the same real run, with task weather-sf's rewards dropped to 0 and task #2's raised to 1.
     run_b = WORK / "run_b.otlp.jsonl"
@@ -245,3 +246,41 @@ def test_screenshots_are_kept(pages: dict[str, Path]) -> None:
         assert name in names, names
         assert (SHOTS / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"\nscreenshots: {SHOTS}/")
+
+
+def test_infrastructure_failures_come_first_on_the_page(pages: dict[str, Path]) -> None:
+    async def steps(page: Browser) -> Any:
+        await shot(page, "report-infra-failures")
+        script = """(() => {
+            const section = document.getElementById('infra-failures');
+            const cards = document.querySelector('.cards');
+            return {
+                text: section.innerText,
+                over: section.classList.contains('over'),
+                top: section.getBoundingClientRect().top,
+                before_cards: section.getBoundingClientRect().bottom <= cards.getBoundingClientRect().top,
+                shown: section.getBoundingClientRect().bottom <= window.innerHeight,
+            };
+        })()"""
+        return await page.evaluate(script)
+
+    section = look(pages["demo"], steps)
+    assert section["over"] and section["before_cards"] and section["shown"], section  # on the first screen, first
+    assert section["text"].startswith("Infrastructure failures: 2 of 12 rollouts")
+    assert "OVER THE LIMIT: infrastructure failures: 2 of 12 rollouts (17%, over --max-infra-failures 5%)" in section["text"]
+    assert "masked 1, no_answer 1" in section["text"]
+
+
+def test_the_comparison_names_each_run_and_links_its_report(pages: dict[str, Path]) -> None:
+    async def steps(page: Browser) -> Any:
+        await shot(page, "compare-named")
+        names = await page.evaluate("document.querySelector('main > p').innerText")
+        link = await page.evaluate("document.querySelector('main > p a').href")
+        header = await page.evaluate("[...document.querySelectorAll('#compare-tasks thead th')].map((th) => th.innerText)")
+        return names, link, header
+
+    names, link, header = look(pages["compare"], steps)
+    assert names.splitlines()[0] == f"A: nemo-gym-e2e {RUN_070 / 'live_spans.otlp.jsonl'} · its report"
+    assert link == pages["compare"].with_name("compare-a.html").resolve().as_uri()
+    assert pages["compare"].with_name("compare-a.html").is_file()
+    assert {"masked A → B", "time p50 · p95, ms A → B"} <= set(header)

@@ -189,7 +189,7 @@ async def root_annotations(page: Browser) -> list[list[str]]:
     chips: list[list[str]] = []
     while asyncio.get_running_loop().time() < deadline:
         chips = [chip for _, found in await page.evaluate(CHIPS % json.dumps('section[role="dialog"]')) or [] for chip in found]
-        if len(chips) >= 2:
+        if len(chips) >= 3:
             return chips
         await asyncio.sleep(0.5)
     raise AssertionError(f"the trace at {await page.url()} shows no annotations on its root span: {chips}")
@@ -245,12 +245,14 @@ def test_the_rollouts_trace_page_shows_its_spans_task_reward_and_verdict(demo_ui
     assert health.attributes["nemo.gym.health.verdict"] == "unhealthy" and checks
     # Its root span shows both (in its annotations and under its row in the span tree) without a child span opened.
     reward = f"μ {verify.attributes['nemo.gym.rollout.reward']:.2f}"
-    assert chips == [[viewer.VERDICT, "unhealthy"], [viewer.REWARD, reward]]
+    label = viewer.rollout_label(dispatch.attributes)
+    assert chips == [[viewer.VERDICT, "unhealthy"], [viewer.REWARD, reward], [viewer.ROLLOUT, label]]
     lines = [line.replace("\u00a0", " ").strip() for line in tree[0].splitlines()]
     root_row = lines[lines.index("gym.rollout.dispatch") + 1 : lines.index("gym.verify")]
-    assert [viewer.VERDICT, "unhealthy", viewer.REWARD, reward] == [line for line in root_row if not line.endswith("ms")], (
-        root_row
-    )
+    # The tree's row shows the verdict and the reward; the rollout chip is behind its "+1".
+    assert [viewer.VERDICT, "unhealthy", viewer.REWARD, reward, viewer.ROLLOUT, label, "+1"] == [
+        line for line in root_row if not line.endswith("ms")
+    ], root_row
 
 
 def test_the_readmes_replay_into_phoenix_block_lands_in_its_own_project(demo_ui: DemoUi) -> None:
@@ -289,6 +291,7 @@ class Outcome:
     checks: list[str]
     reward: float | None
     reward_label: str | None  # "masked" or "none" when the verify span has no reward; None when it has one or no verify span
+    label: str  # task and rollout id, as the rollout annotation and column show them: "arith-001 · 0-2", "#3 · 3-1"
 
     @property
     def reward_shown(self) -> str | None:
@@ -314,6 +317,8 @@ def outcomes(spans: list[Span]) -> dict[str, Outcome]:
             list(health.attributes.get("nemo.gym.health.checks", [])) if health else [],
             reward,
             label,
+            f"{span.attributes.get('nemo.gym.task.id', '#' + str(span.attributes.get('nemo.gym.task.index')))}"
+            f" · {span.attributes['nemo.gym.rollout.id']}",
         )
     return found
 
@@ -328,10 +333,12 @@ def test_every_dispatch_span_carries_its_verdict_and_reward_annotation(demo_ui: 
     assert Counter(outcome.verdict for outcome in expected.values()) == {"healthy": 8, "unhealthy": 4, None: 1}
     for span_id, outcome in expected.items():
         annotations = by_span.get(span_id, {})
+        # Every rollout is named by its task and rollout id, the failed one too.
+        assert annotations[viewer.ROLLOUT]["result"]["label"] == outcome.label, annotations
         if outcome.verdict is None:  # the failed first attempt: neither verified nor judged
-            assert annotations == {}
+            assert set(annotations) == {viewer.ROLLOUT}
             continue
-        assert set(annotations) == {viewer.VERDICT, viewer.REWARD}
+        assert set(annotations) == {viewer.VERDICT, viewer.REWARD, viewer.ROLLOUT}
         health, reward = annotations[viewer.VERDICT], annotations[viewer.REWARD]
         assert (health["annotator_kind"], reward["annotator_kind"]) == ("CODE", "CODE")
         assert health["result"]["label"] == outcome.verdict
@@ -368,6 +375,57 @@ async def rows_shown(page: Browser, expected_rows: int, ready: Any = lambda chip
     raise AssertionError(f"the trace list at {await page.url()} shows {len(rows)} rows (expected {expected_rows}): {rows}")
 
 
+COLUMN = """((name) => {
+    const headers = [...document.querySelectorAll('thead th')].map((th) => th.innerText.trim());
+    const index = headers.indexOf(name);
+    if (index < 0) return null;
+    return [...document.querySelectorAll('tbody tr')].map((row) => [
+        ([...row.querySelectorAll('a[href*="/spans/"]')].map((a) => (a.href.match(/\\/spans\\/([0-9a-f]{32})/) || [])[1])
+            .find(Boolean)) || null,
+        row.cells[index] ? row.cells[index].innerText.replace(/\\u00a0/g, ' ').trim() : null,
+    ]);
+})(%s)"""
+
+
+TICK = """((name) => {
+    const search = document.querySelector('input[placeholder^="Search columns"]');
+    const menu = search && search.closest('[role=dialog]');
+    if (!menu) return false;
+    // A column's row: a checkbox labelled with the column's name (an annotation's also says "span").
+    const label = [...menu.querySelectorAll('label')].find((element) =>
+        [...element.childNodes].some((node) => node.nodeType === Node.TEXT_NODE && node.textContent.trim() === name));
+    const box = label && label.querySelector('input[type=checkbox]');
+    if (!box) return false;
+    if (!box.checked) box.click();
+    return true;
+})(%s)"""
+
+
+async def tick_column(page: Browser, name: str) -> bool:
+    """In the open Columns menu, tick the column ``name`` (an annotation's: its row says "span"), as a person would."""
+    deadline = asyncio.get_running_loop().time() + PAGE_TIMEOUT
+    while asyncio.get_running_loop().time() < deadline:
+        if await page.evaluate(TICK % json.dumps(name)):
+            return True
+        await asyncio.sleep(0.5)
+    menu = """(() => { const s = document.querySelector('input[placeholder^="Search columns"]');
+        return s ? s.parentElement.parentElement.parentElement.parentElement.outerHTML : document.body.innerHTML.slice(-20000); })()"""
+    (WORK / "columns-menu.html").write_text(str(await page.evaluate(menu)))
+    return False
+
+
+async def column_shown(page: Browser, name: str, expected_rows: int) -> dict[str, str]:
+    """Poll the trace list until a column headed ``name`` shows a value on each of ``expected_rows`` rows."""
+    deadline = asyncio.get_running_loop().time() + PAGE_TIMEOUT
+    rows: list[list[Any]] | None = None
+    while asyncio.get_running_loop().time() < deadline:
+        rows = await page.evaluate(COLUMN % json.dumps(name))
+        if rows and len(rows) == expected_rows and all(trace_id and value for trace_id, value in rows):
+            return {trace_id: value for trace_id, value in rows}
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the trace list at {await page.url()} shows no {name!r} column on every row: {rows}")
+
+
 def test_the_trace_list_shows_each_rollouts_verdict_and_reward_and_filters_by_verdict(demo_ui: DemoUi) -> None:
     expected = {outcome.trace_id: outcome for outcome in outcomes(demo_ui.file_spans).values()}
     unhealthy = {trace_id for trace_id, outcome in expected.items() if outcome.verdict == "unhealthy"}
@@ -380,19 +438,27 @@ def test_the_trace_list_shows_each_rollouts_verdict_and_reward_and_filters_by_ve
                 await page.goto(demo_ui.run_url)
                 await page.wait_for_text("gym.rollout.dispatch", viewer.VERDICT, timeout=PAGE_TIMEOUT)
                 assert await page.click_selector('button[aria-label="Hide aside panel"]')
-                annotated = sum(outcome.verdict is not None for outcome in expected.values())
-                shown["as it opens"] = await rows_shown(page, len(expected), lambda rows: sum(map(bool, rows)) == annotated)
+                shown["as it opens"] = await rows_shown(page, len(expected), lambda rows: all(rows))
                 await page.screenshot(SCREENSHOTS / "viewer-trace-list.png")
                 # The column fits one chip; rows wrapped, it shows every chip.
                 assert await page.click_selector('button[aria-label="Wrap each row over as many lines as it needs"]')
-                shown["wrapped"] = await rows_shown(page, len(expected), lambda rows: all(len(chips) != 1 for chips in rows))
+                judged = sum(outcome.verdict is not None for outcome in expected.values())
+                shown["wrapped"] = await rows_shown(page, len(expected), lambda rows: sum(len(c) == 3 for c in rows) == judged)
                 await page.screenshot(SCREENSHOTS / "viewer-trace-list-wrapped.png")
+                # Columns → rollout: each rollout's task and rollout id as a column of its own.
+                assert await page.click_text("Columns", "button"), "no Columns button"
+                assert await tick_column(page, viewer.ROLLOUT), "no rollout in the Columns menu"
+                await page.screenshot(SCREENSHOTS / "viewer-trace-list-columns-menu.png")
+                assert await page.focus('input[placeholder^="Search columns"]')
+                await page.press("Escape", "Escape", 27)  # the menu closes
+                shown["column"] = await column_shown(page, viewer.ROLLOUT, len(expected))
+                await page.screenshot(SCREENSHOTS / "viewer-trace-list-rollout-column.png")
                 # The filter make demo-ui printed, typed into the filter box as a person would.
                 assert await page.focus(".cm-content"), "no filter box"
                 await page.press("a", "KeyA", 65, modifiers=2)  # Ctrl+A: replace `parent_id is None`
                 await page.type_text(demo_ui.filter_condition)
                 await page.press("Enter", "Enter", 13)
-                shown["filtered"] = await rows_shown(page, len(unhealthy), lambda rows: all(len(chips) == 2 for chips in rows))
+                shown["filtered"] = await rows_shown(page, len(unhealthy), lambda rows: all(len(chips) == 3 for chips in rows))
                 await page.screenshot(SCREENSHOTS / "viewer-trace-list-unhealthy.png")
             finally:
                 await page.screenshot(SCREENSHOTS / "viewer-trace-list-last.png")
@@ -402,12 +468,22 @@ def test_the_trace_list_shows_each_rollouts_verdict_and_reward_and_filters_by_ve
     shown = asyncio.run(look())
     assert set(shown["as it opens"]) == set(shown["wrapped"]) == set(expected)
     for trace_id, outcome in expected.items():
-        if outcome.verdict is None:
-            assert shown["as it opens"][trace_id] == shown["wrapped"][trace_id] == []
+        named = [viewer.ROLLOUT, outcome.label]
+        if outcome.verdict is None:  # the failed attempt: named, neither verified nor judged
+            assert shown["as it opens"][trace_id] == shown["wrapped"][trace_id] == [named]
             continue
-        # As the page opens, the verdict is the first chip and always visible; the reward may be behind "+1".
+        # As the page opens, the verdict is the first chip and always visible; the others may be behind "+2".
         assert shown["as it opens"][trace_id][0] == [viewer.VERDICT, outcome.verdict], (trace_id, shown["as it opens"][trace_id])
-        assert shown["wrapped"][trace_id] == [[viewer.VERDICT, outcome.verdict], [viewer.REWARD, outcome.reward_shown]]
+        assert shown["wrapped"][trace_id] == [[viewer.VERDICT, outcome.verdict], [viewer.REWARD, outcome.reward_shown], named]
+    # Columns → rollout: each row says which task and rollout it is, the failed attempt too, without opening a trace.
+    assert {trace_id: value.splitlines()[0] for trace_id, value in shown["column"].items()} == {
+        trace_id: outcome.label for trace_id, outcome in expected.items()
+    }
     assert set(shown["filtered"]) == unhealthy and len(unhealthy) == 4
     for trace_id in unhealthy:
-        assert shown["filtered"][trace_id] == [[viewer.VERDICT, "unhealthy"], [viewer.REWARD, expected[trace_id].reward_shown]]
+        outcome = expected[trace_id]
+        assert shown["filtered"][trace_id] == [
+            [viewer.VERDICT, "unhealthy"],
+            [viewer.REWARD, outcome.reward_shown],
+            [viewer.ROLLOUT, outcome.label],
+        ]

@@ -44,7 +44,7 @@ def test_demo_table_matches_the_rollouts_file(tmp_path: Path) -> None:
 
 def test_demo_keeps_its_spans_as_the_file_exporter_wrote_them(tmp_path: Path) -> None:
     spans_file, _, command = run_demo.run_pipeline(tmp_path)
-    assert "OTEL_TRACES_EXPORTER=otlp_json_file" in command
+    assert "OTEL_TRACES_EXPORTER=gym_json_file" in command and ">" not in command  # the quick start's exporter
     batches = [json.loads(line) for line in spans_file.read_text().splitlines()]
     span_batches = [batch for batch in batches if "resourceSpans" in batch]
     assert span_batches and any("resourceMetrics" in batch for batch in batches)
@@ -79,7 +79,9 @@ def test_demo_prints_the_table_a_task_summary_and_a_command_that_reproduces_the_
     # Run as printed, in a shell, from the repository root.
     subprocess.run(["/bin/sh", "-c", command], cwd=run_demo.REPO, check=True, capture_output=True)
     assert len(run_demo.table(run_demo.spans_of(output / "spans.otlp.jsonl"))) == 13
-    reported = subprocess.run(["/bin/sh", "-c", report_command], cwd=run_demo.REPO, check=True, capture_output=True, text=True)
+    reported = subprocess.run(["/bin/sh", "-c", report_command], cwd=run_demo.REPO, capture_output=True, text=True)
+    # Its masked and no-answer rollouts: 2 of 12 infrastructure failures, over the default limit (exit code 4).
+    assert reported.returncode == 4 and reported.stdout.startswith("OVER THE LIMIT: infrastructure failures: 2 of 12")
     assert "run: 4 tasks, 13 dispatches (1 failed)" in reported.stdout
     assert (output / "report.html").is_file()
 
@@ -130,3 +132,11 @@ def test_make_demo_runs_in_a_venv_without_the_test_toolchain(tmp_path: Path) -> 
     assert "spans exported: {'gym.rollout.dispatch': 13, 'gym.verify': 12, 'gym.rollout.health': 12}" in process.stdout
     assert " .venv-demo/bin/opentelemetry-instrument .venv-demo/bin/python demo/run_pipeline.py " in process.stdout
     assert sorted(path.name for path in output.iterdir()) == ["report.html", "rollouts.jsonl", "spans.otlp.jsonl"]
+
+
+def test_demo_ui_keeps_its_files_apart_from_make_demos() -> None:
+    # The real command, with no Phoenix about: it names where its Phoenix and files would be.
+    process = subprocess.run(
+        [sys.executable, "demo/run_demo_ui.py", "--stop"], cwd=run_demo.REPO, capture_output=True, text=True, check=True
+    )
+    assert process.stdout.strip() == "no detached Phoenix to stop (demo/output/ui/phoenix/phoenix.pid)"

@@ -4,7 +4,9 @@ and ``replay`` (spans from a run's files).
 ::
 
     gym-instrument report PATH... [--html OUT.html | --no-html] [--format text|json] [--trace-url TEMPLATE]
-    gym-instrument compare RUN_A RUN_B [--html OUT.html] [--format text|json]
+                          [--max-infra-failures SHARE]
+    gym-instrument compare RUN_A RUN_B [--html OUT.html] [--format text|json] [--max-infra-failures SHARE]
+    gym-instrument --version
     gym-instrument replay RUN_DIR [--output FILE]
     gym-instrument config check FILE
 
@@ -19,6 +21,9 @@ anything unexpected one line and exit code 1 (``GYM_INSTRUMENT_DEBUG=1`` shows t
 
 No command writes over one of its inputs, and none replaces an existing file it did not make
 (``--force`` allows it): each is refused in one line, exit code 2, before anything is read.
+``report`` and ``compare`` exit with code 4 when a run's infrastructure failures (failed dispatches,
+failure kinds, masked verifies) are over ``--max-infra-failures`` (default 5 %): the first line says
+so, and the summary and the page are written all the same.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_MISSING_EXTRA = 3
+EXIT_INFRA_FAILURES = 4
 EXTRA = "pip install 'gym-instrument[report]'"
 # What replay imports beyond the base install, as (module, distribution).
 REPLAY_NEEDS = (("opentelemetry.sdk", "opentelemetry-sdk"),)
@@ -42,14 +48,34 @@ FILE_EXPORTER = ("opentelemetry.exporter.otlp.json.file", "opentelemetry-exporte
 FORCE_HELP = "replace an existing output file that gym-instrument did not write (never one of the inputs)"
 EPILOG = (
     "exit codes: 0 done, 1 an unexpected error (one line; GYM_INSTRUMENT_DEBUG=1 for the traceback), "
-    "2 bad input (a path that does not exist, no spans in it, a bad option), 3 a missing extra"
+    "2 bad input (a path that does not exist, no spans in it, a bad option), 3 a missing extra, "
+    "4 (report, compare) a run's infrastructure failures over --max-infra-failures (the report is written all the same)"
 )
+INFRA_HELP = (
+    "the share of rollouts that may fail for the infrastructure (a failed dispatch, a failure kind, a masked verify) "
+    "before the first line says so and the exit code is 4: 5%% or 0.05 (default 5%%)"
+)
+
+
+def share(text: str) -> float:
+    """A ``--max-infra-failures`` value: ``5%`` or ``0.05``."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a share: {text!r} (5% or 0.05)") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a share is between 0% and 100% (0 and 1): {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
     from gym_instrument.tools.report.figures import TRACE_URL_PRESETS
+    from gym_instrument.version import __version__
 
-    parser = argparse.ArgumentParser(prog="gym-instrument", description="Look at a rollout run's spans.", epilog=EPILOG)
+    parser = argparse.ArgumentParser(
+        prog="gym-instrument", description=f"Look at a rollout run's spans (gym-instrument {__version__}).", epilog=EPILOG
+    )
+    parser.add_argument("--version", action="version", version=f"gym-instrument {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     report = commands.add_parser(
@@ -62,7 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("paths", nargs="+", metavar="PATH", help="span files, or directories of them")
     report.add_argument(
-        "--html", metavar="OUT.html", help="where the HTML page goes (default: report.html beside the first PATH)"
+        "--html",
+        metavar="OUT.html",
+        help="where the HTML page goes; a folder: its report.html (default: report.html beside the first PATH)",
     )
     report.add_argument("--no-html", action="store_true", help="write no HTML page")
     report.add_argument("--force", action="store_true", help=FORCE_HELP)
@@ -78,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--success-threshold", type=float, default=1.0, metavar="R", help="a reward >= R is a success (default 1.0)"
     )
+    report.add_argument("--max-infra-failures", type=share, default=0.05, metavar="SHARE", help=INFRA_HELP)
     report.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -94,12 +123,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("run_a", metavar="RUN_A", help="the first run (the baseline): a span file or a folder")
     compare.add_argument("run_b", metavar="RUN_B", help="the second run: a span file or a folder")
-    compare.add_argument("--html", metavar="OUT.html", help="also write the comparison as an HTML page")
+    compare.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="also write the comparison as an HTML page (a folder: its compare.html), with each run's report beside it"
+        " (OUT-a.html, OUT-b.html)",
+    )
     compare.add_argument("--force", action="store_true", help=FORCE_HELP)
     compare.add_argument("--format", choices=("text", "json"), default="text", help="terminal output: a summary, or JSON")
     compare.add_argument(
         "--success-threshold", type=float, default=1.0, metavar="R", help="a reward >= R is a success (default 1.0)"
     )
+    compare.add_argument("--max-infra-failures", type=share, default=0.05, metavar="SHARE", help=INFRA_HELP)
 
     replay = commands.add_parser(
         "replay",
@@ -164,12 +199,29 @@ def _span_inputs(paths: Sequence[str]) -> list[Any]:
         return list(paths)
 
 
+def _html_path(given: str, name: str) -> Path:
+    """``--html``: a file, or a folder (one that exists, or a path ending in ``/``) for its ``name``."""
+    path = Path(given)
+    if path.is_dir() or given.endswith(("/", os.sep)):
+        return path / name
+    return path
+
+
+def _infra_code(*figures: dict[str, Any]) -> int:
+    """Exit code 4 when a run's infrastructure failures are over ``--max-infra-failures``, else 0."""
+    return EXIT_INFRA_FAILURES if any(item["infra_failures"]["over_limit"] for item in figures) else 0
+
+
 def _figures(paths: Sequence[str], args: argparse.Namespace, trace_url: str | None = None) -> dict[str, Any]:
     from gym_instrument.tools.report import build_report
 
     try:
         return build_report(
-            paths, trace_url=trace_url, success_threshold=args.success_threshold, progress=getattr(args, "progress", None)
+            paths,
+            trace_url=trace_url,
+            success_threshold=args.success_threshold,
+            progress=getattr(args, "progress", None),
+            max_infra_failures=args.max_infra_failures,
         )
     except (FileNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None
@@ -179,7 +231,9 @@ def report_command(args: argparse.Namespace) -> int:
     from gym_instrument.tools.report import write_html
     from gym_instrument.tools.report.text import summary
 
-    html_target = None if args.no_html else args.html or _default_html(args.paths[0])
+    html_target = None
+    if not args.no_html:
+        html_target = _html_path(args.html, "report.html") if args.html else _default_html(args.paths[0])
     if html_target is not None:
         _check_output(html_target, _span_inputs(args.paths), args)
     figures = _figures(args.paths, args, args.trace_url)
@@ -192,24 +246,34 @@ def report_command(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(summary(figures, str(html_path) if html_path else None))
-    return 0
+    return _infra_code(figures)
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    from gym_instrument.tools.report import write_compare_html
+    from gym_instrument.tools.report import write_compare_html, write_html
     from gym_instrument.tools.report.compare import compare, summary
 
-    if args.html:
-        _check_output(args.html, _span_inputs([args.run_a, args.run_b]), args)
-    comparison = compare(_figures([args.run_a], args), _figures([args.run_b], args), args.run_a, args.run_b)
+    html_path = _html_path(args.html, "compare.html") if args.html else None
+    if html_path is not None:
+        inputs = _span_inputs([args.run_a, args.run_b])
+        for output in (html_path, *(html_path.with_name(f"{html_path.stem}-{side}.html") for side in "ab")):
+            _check_output(output, inputs, args)
+    run_a, run_b = _figures([args.run_a], args), _figures([args.run_b], args)
+    comparison = compare(run_a, run_b, args.run_a, args.run_b)
     title = f"gym-instrument compare: {Path(args.run_a).name} → {Path(args.run_b).name}"
-    html_path = write_compare_html(comparison, args.html, title=title) if args.html else None
+    if html_path is not None:
+        for side, figures, source in (("a", run_a, args.run_a), ("b", run_b, args.run_b)):  # each run's own report, beside it
+            page = write_html(
+                figures, html_path.with_name(f"{html_path.stem}-{side}.html"), title=f"gym-instrument report: {source}"
+            )
+            comparison[side]["report"] = str(page)
+        write_compare_html(comparison, html_path, title=title)
     if args.format == "json":
         json.dump(comparison, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(summary(comparison, str(html_path) if html_path else None))
-    return 0
+    return _infra_code(run_a, run_b)
 
 
 def missing_modules(needed: Sequence[tuple[str, str]]) -> list[str]:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gym_instrument.tools.report.figures import RunFigures, trace_url_template
+from gym_instrument.tools.report.figures import INFRA_LIMIT, RunFigures, trace_url_template
 from gym_instrument.tools.report.otlp import ReadStats, read_spans, span_files
 
 __all__ = ["NoSpansError", "build_report", "write_compare_html", "write_html"]
@@ -47,17 +47,20 @@ def build_report(
     trace_url: str | None = None,
     success_threshold: float = 1.0,
     progress: bool | None = None,
+    max_infra_failures: float = INFRA_LIMIT,
 ) -> dict[str, Any]:
     """The figures of the run whose spans are in ``paths`` (files, or directories of them).
 
     Raises :class:`FileNotFoundError` for a path that does not exist and :class:`NoSpansError` when
     the paths hold none of the package's spans (an empty file, a folder of other files, a binary file).
+    ``max_infra_failures``: the share of infrastructure failures over which ``figures["infra_failures"]``
+    says ``over_limit`` (:class:`~gym_instrument.tools.report.figures.InfraFailures`).
     """
     template = trace_url_template(trace_url)
     stats = ReadStats()
     skipped: list[Path] = []
     files = span_files(paths, skipped)
-    run = RunFigures(success_threshold=success_threshold, trace_url=template)
+    run = RunFigures(success_threshold=success_threshold, trace_url=template, max_infra_failures=max_infra_failures)
     run.add_all(read_spans(files, stats, progress=progress))
     if stats.spans == 0:
         raise NoSpansError(_no_spans(paths, files, skipped, stats))

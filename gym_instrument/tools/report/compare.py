@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_instrument.tools.report.text import number, percent, render_table
+from gym_instrument.tools.report.text import kinds_text, milliseconds, number, percent, plural, render_table
 
 EPSILON = 1e-9
 # What "worse" means, in order: a lower mean reward, then a lower success rate, then more unhealthy, then more failed.
@@ -52,6 +52,11 @@ def task_measures(task: dict[str, Any], health_pass: bool = True) -> dict[str, A
         "unhealthy_rate": task["unhealthy"] / task["rollouts"] if task["rollouts"] and health_pass else None,
         "failed": failed,
         "failed_rate": failed / task["dispatches"] if task["dispatches"] else None,
+        "masked_rate": task["masked"] / task["rollouts"] if task["rollouts"] else None,
+        "p50_ms": task.get("p50_ms"),
+        "p95_ms": task.get("p95_ms"),
+        "tokens_mean": (task.get("tokens") or {}).get("mean"),
+        "tokens_p95": (task.get("tokens") or {}).get("p95"),
     }
 
 
@@ -70,6 +75,32 @@ def run_measures(figures: dict[str, Any]) -> dict[str, Any]:
         "rewarded_unhealthy": figures["reward_health"]["rewarded_unhealthy_total"],
         "failed": run["errors"],
         "failed_rate": run["errors"] / run["dispatches"] if run["dispatches"] else None,
+        "masked": run["masked"],
+        "masked_rate": run["masked"] / run["rollouts"] if run["rollouts"] else None,
+        "infra_failures": figures["infra_failures"]["failures"] if "infra_failures" in figures else None,
+        "p50_ms": figures["time"]["p50_ms"],
+        "p95_ms": figures["time"]["p95_ms"],
+        "tokens_mean": _tokens(figures, "mean"),
+        "tokens_p95": _tokens(figures, "p95"),
+    }
+
+
+def _tokens(figures: dict[str, Any], name: str) -> float | None:
+    """Tokens per rollout (mean or p95), None when the run's spans carry none."""
+    tokens = figures.get("tokens")
+    return tokens["per_rollout"][name] if tokens and tokens["rollouts"] else None
+
+
+def _side(figures: dict[str, Any], name: str) -> dict[str, Any]:
+    """A run as the comparison names it: its service name(s) and file(s), and its infrastructure failures."""
+    services = figures["source"]["services"]
+    return {
+        "name": name,
+        "services": services,
+        "label": f"{', '.join(services) or '(no service.name)'} ({name})",
+        "files": figures["source"]["files"],
+        "infra_failures": _infra(figures),
+        "report": None,
     }
 
 
@@ -93,6 +124,11 @@ def _sort_key(task: dict[str, Any]) -> tuple[Any, ...]:
         diff = task["measures"].get(name, {}).get("diff")
         diffs.append(0.0 if diff is None else diff * sign)
     return (rank, *diffs, task["task"])
+
+
+def _infra(figures: dict[str, Any]) -> dict[str, Any]:
+    """A run's infrastructure failures, without the per-task counts (those are in the tasks' measures)."""
+    return {key: value for key, value in figures["infra_failures"].items() if key != "tasks"}
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str = "B") -> dict[str, Any]:
@@ -125,8 +161,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
     only_b = [task["task"] for key, task in tasks_b.items() if key not in tasks_a]
     changes = {name: sum(task["change"] == name for task in tasks) for name in ("worse", "same", "better")}
     return {
-        "a": {"name": a_name, "files": a["source"]["files"]},
-        "b": {"name": b_name, "files": b["source"]["files"]},
+        "a": _side(a, a_name),
+        "b": _side(b, b_name),
         "success_threshold": a["run"]["success_threshold"],
         "overall": overall,
         "overall_change": _change(overall),
@@ -152,12 +188,22 @@ OVERALL_ROWS = [
     ("unhealthy rollouts", "unhealthy", "count"),
     ("unhealthy share", "unhealthy_rate", "percent"),
     ("rewarded but unhealthy", "rewarded_unhealthy", "count"),
+    ("infrastructure failures", "infra_failures", "count"),
+    ("masked share (over rollouts)", "masked_rate", "percent"),
+    ("dispatch time p50", "p50_ms", "ms"),
+    ("dispatch time p95", "p95_ms", "ms"),
+    ("tokens per rollout, mean", "tokens_mean", "tokens"),
+    ("tokens per rollout, p95", "tokens_p95", "tokens"),
 ]
 
 
 def value_text(value: Any, kind: str) -> str:
     if value is None:
         return "-"
+    if kind == "ms":
+        return milliseconds(value)
+    if kind == "tokens":
+        return f"{value:,.0f}"
     if kind == "percent":
         return percent(value)
     if kind == "number":
@@ -168,6 +214,10 @@ def value_text(value: Any, kind: str) -> str:
 def diff_text(value: Any, kind: str) -> str:
     if value is None:
         return "-"
+    if kind == "ms":
+        return ("+" if value >= 0 else "-") + milliseconds(abs(value))
+    if kind == "tokens":
+        return f"{value:+,.0f}"
     if kind == "percent":
         return f"{value * 100:+.0f} pts"
     if kind == "number":
@@ -176,17 +226,73 @@ def diff_text(value: Any, kind: str) -> str:
 
 
 def overall_rows(comparison: dict[str, Any]) -> list[tuple[str, str, str]]:
-    rows = list(OVERALL_ROWS)
+    overall = comparison["overall"]
+    rows = [
+        row
+        for row in OVERALL_ROWS
+        if row[2] != "tokens" or any(overall.get(row[1], {}).get(side) is not None for side in ("a", "b"))
+    ]
     for name in comparison["overall"]:
         if name.startswith("pass_at_") and name != "pass_at_1":
             rows.insert(8, (f"pass@{name.removeprefix('pass_at_')} (over tasks)", name, "number"))
     return rows
 
 
+def infra_lines(comparison: dict[str, Any]) -> list[str]:
+    """The first lines of a comparison: each run over ``--max-infra-failures``, or one line for both within it."""
+    sides = [(side, comparison[side].get("infra_failures")) for side in ("a", "b")]
+    over = [(side, infra) for side, infra in sides if infra and infra["over_limit"]]
+    lines = [
+        f"OVER THE LIMIT: infrastructure failures in {side.upper()}:"
+        f" {infra['failures']} of {plural(infra['rollouts'], 'rollout')}"
+        f" ({infra['share']:.0%}, over --max-infra-failures {infra['limit']:.0%}): {kinds_text(infra['kinds'])}"
+        for side, infra in over
+    ]
+    if not over and all(infra for _, infra in sides):
+        parts = [
+            f"{side.upper()} {infra['failures']} of {plural(infra['rollouts'], 'rollout')} ({percent(infra['share'])})"
+            for side, infra in sides
+            if infra
+        ]
+        limit = sides[0][1]["limit"] if sides[0][1] else 0.05
+        lines.append(f"infrastructure failures: {', '.join(parts)}; within --max-infra-failures {limit:.0%}")
+    return lines
+
+
+TASK_HEADER = [
+    "task",
+    "change",
+    "mean reward",
+    "diff",
+    "success",
+    "pass@k",
+    "unhealthy",
+    "failed",
+    "masked",
+    "p95 time",
+    "tokens",
+]
+
+
+def tokens_change(measures: dict[str, Any]) -> str:
+    """A task's mean tokens per rollout, A -> B and the change; ``-`` when neither run has tokens."""
+    tokens = measures.get("tokens_mean") or {}
+    if tokens.get("a") is None and tokens.get("b") is None:
+        return "-"
+    change = f" ({diff_text(tokens['diff'], 'tokens')})" if tokens.get("diff") is not None else ""
+    return f"{value_text(tokens.get('a'), 'tokens')} -> {value_text(tokens.get('b'), 'tokens')}{change}"
+
+
 def summary(comparison: dict[str, Any], html_path: str | None = None, task_rows: int = 30) -> str:
-    a, b = comparison["a"]["name"], comparison["b"]["name"]
     overall = comparison["overall"]
-    out = [f"A: {a}", f"B: {b}", ""]
+    out = [*infra_lines(comparison)]
+    for side in ("a", "b"):
+        named = comparison[side]
+        out.append(
+            f"{side.upper()}: {named.get('label', named['name'])}"
+            + (f"; its report: {named['report']}" if named.get("report") else "")
+        )
+    out.append("")
     out.append(
         render_table(
             ["overall", "A", "B", "B - A"],
@@ -227,12 +333,15 @@ def summary(comparison: dict[str, Any], html_path: str | None = None, task_rows:
                     f"{number(k.get('a'))} -> {number(k.get('b'))} (k={k['k']})" if k else "-",
                     f"{percent(m['unhealthy_rate']['a'])} -> {percent(m['unhealthy_rate']['b'])}",
                     f"{m['failed']['a']} -> {m['failed']['b']}",
+                    f"{percent(m['masked_rate']['a'])} -> {percent(m['masked_rate']['b'])}",
+                    f"{milliseconds(m['p95_ms']['a'])} -> {milliseconds(m['p95_ms']['b'])}",
+                    tokens_change(m),
                 ]
             )
         out += [
             "",
             "tasks, worse first:",
-            render_table(["task", "change", "mean reward", "diff", "success", "pass@k", "unhealthy", "failed"], rows),
+            render_table(TASK_HEADER, rows),
         ]
         if len(tasks) > task_rows:
             out.append(f"... and {len(tasks) - task_rows} more tasks (all of them in the HTML page and in --format json)")

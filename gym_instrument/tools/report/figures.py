@@ -172,6 +172,263 @@ class RolloutMemo:
         }
 
 
+INFRA_LIMIT = 0.05  # the share of infrastructure failures a run may have before the report says so (and exits non-zero)
+MASKED_KIND = "masked"
+
+
+class InfraFailures:
+    """Rollouts that failed for a reason other than the model's answer, counted apart from honest zeros.
+
+    It takes one fact per dispatch (:meth:`dispatched`) and one per scored verify (:meth:`verified`).
+    A rollout is an infrastructure failure when its dispatch failed (its kind: the ``error.type``),
+    its verify names a failure kind (``nemo.gym.failure_kind``; whatever the reward, usually 0), or its
+    verify was masked (kind ``masked``). An honest zero is a numeric reward of 0 with none of these.
+    A failed attempt that a retry of the same (task index, repeat) replaced is not a rollout of its
+    own (:meth:`figures` takes those attempts). Memory: a few counters per task.
+    """
+
+    def __init__(self, limit: float = INFRA_LIMIT) -> None:
+        self.limit = limit
+        self.dispatches: Counter[str] = Counter()  # per task label
+        self.kinds: dict[str, Counter[str]] = {}  # per task label: failures by kind
+        self.honest_zeros: Counter[str] = Counter()
+
+    def dispatched(self, task: str, error_type: str | None) -> None:
+        self.dispatches[task] += 1
+        if error_type is not None:
+            self._fail(task, error_type)
+
+    def verified(self, task: str, reward: float | None, masked: bool, failure_kind: str | None) -> None:
+        if failure_kind is not None:
+            self._fail(task, failure_kind)
+        elif masked:
+            self._fail(task, MASKED_KIND)
+        elif reward == 0.0:
+            self.honest_zeros[task] += 1
+
+    def _fail(self, task: str, kind: str) -> None:
+        kinds = self.kinds.get(task)
+        if kinds is None:
+            kinds = self.kinds[task] = Counter()
+        kinds[kind] += 1
+
+    def figures(self, replaced: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+        """The run's and each task's counts; ``replaced``: (task, error type) of each failed attempt a retry replaced."""
+        dispatches = Counter(self.dispatches)
+        kinds = {task: Counter(counts) for task, counts in self.kinds.items()}
+        left_out = 0
+        for task, error_type in replaced:
+            counts = kinds.get(task)
+            if counts is not None and counts[error_type] > 0:
+                counts[error_type] -= 1
+                dispatches[task] -= 1
+                left_out += 1
+        tasks = {}
+        run_kinds: Counter[str] = Counter()
+        for task in dispatches:
+            counts = +kinds.get(task, Counter())
+            run_kinds.update(counts)
+            failures = sum(counts.values())
+            tasks[task] = {
+                "rollouts": dispatches[task],
+                "failures": failures,
+                "share": failures / dispatches[task] if dispatches[task] else None,
+                "kinds": dict(counts.most_common()),
+                "honest_zeros": self.honest_zeros[task],
+            }
+        rollouts = sum(dispatches.values())
+        failures = sum(run_kinds.values())
+        share = failures / rollouts if rollouts else None
+        return {
+            "over": "rollouts: dispatches less the failed attempts a retry replaced",
+            "rollouts": rollouts,
+            "failures": failures,
+            "share": share,
+            "kinds": dict(run_kinds.most_common()),
+            "honest_zeros": sum(self.honest_zeros.values()),
+            "replaced_attempts": left_out,
+            "limit": self.limit,
+            "over_limit": share is not None and share > self.limit,
+            "tasks": tasks,
+        }
+
+
+# Model calls (OpenTelemetry GenAI semantic conventions) and a rollout's token totals on its dispatch.
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
+ROLLOUT_MODEL_CALLS = "nemo.gym.rollout.model_calls"
+TOKEN_ROLLOUTS = 1_000_000  # rollouts whose tokens are kept for tokens against reward
+RECENT_DISPATCHES = 100_000  # dispatches remembered for the model-call spans read after them
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+class TokenFigures:
+    """Tokens per rollout and per task (mean, p95), the slowest model calls, and tokens against reward.
+
+    A rollout's tokens are its dispatch's totals (``gen_ai.usage.input_tokens`` / ``output_tokens``,
+    ``nemo.gym.rollout.model_calls``) when it has them, else the sum of its model-call spans (kind
+    CLIENT, ``gen_ai.operation.name``), matched by trace id and ``nemo.gym.rollout.id``. Memory: a
+    few dozen bytes per rollout with tokens (its total and task, up to ``TOKEN_ROLLOUTS``, for the
+    per-task quantiles and tokens against reward); the model calls of rollouts whose dispatch is not
+    read yet; the last ``RECENT_DISPATCHES`` dispatches (for model calls read after them).
+    """
+
+    def __init__(self) -> None:
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.model_calls = 0
+        self.model_call_spans = 0
+        self.model_call_errors: Counter[str] = Counter()
+        self.from_dispatch = 0
+        self.from_spans = 0
+        self.calls: dict[int, list[int]] = {}  # rollout key -> [input, output, calls] of spans not yet matched
+        self.recent: OrderedDict[int, str | None] = OrderedDict()  # key -> task label; None: had its own totals
+        self.per_rollout: dict[int, tuple[int, str]] = {}  # key -> (tokens, task)
+        self.not_kept = 0
+        self.slowest: list[tuple[int, int, dict[str, Any]]] = []
+        self._sequence = 0
+
+    def model_call(self, span: Span, key: int, trace_url: str | None) -> None:
+        attributes = span.attributes
+        self.model_call_spans += 1
+        error = attributes.get(semconv.ERROR_TYPE)
+        if error is not None or span.status_code == STATUS_ERROR:
+            self.model_call_errors[str(error) if error is not None else "(error without error.type)"] += 1
+        tokens_in = _count(attributes.get(GEN_AI_INPUT_TOKENS)) or 0
+        tokens_out = _count(attributes.get(GEN_AI_OUTPUT_TOKENS)) or 0
+        if span.end_ns >= span.start_ns > 0:
+            duration = span.end_ns - span.start_ns
+            self._sequence += 1
+            if len(self.slowest) < SLOWEST or duration > self.slowest[0][0]:
+                entry = {
+                    "name": span.name,
+                    "model": attributes.get(GEN_AI_RESPONSE_MODEL) or attributes.get(GEN_AI_REQUEST_MODEL),
+                    "rollout_id": attributes.get(semconv.ROLLOUT_ID),
+                    "duration_ms": duration / 1e6,
+                    "input_tokens": _count(attributes.get(GEN_AI_INPUT_TOKENS)),
+                    "output_tokens": _count(attributes.get(GEN_AI_OUTPUT_TOKENS)),
+                    "finish_reasons": attributes.get(GEN_AI_FINISH_REASONS),
+                    "error_type": error,
+                    "trace_id": span.trace_id,
+                }
+                if trace_url:
+                    entry["trace_url"] = trace_link(trace_url, span.trace_id, span.span_id)
+                item = (duration, self._sequence, entry)
+                if len(self.slowest) < SLOWEST:
+                    heapq.heappush(self.slowest, item)
+                else:
+                    heapq.heapreplace(self.slowest, item)
+        if key in self.recent:
+            task = self.recent[key]
+            if task is not None:  # its dispatch had no totals: this call counts now
+                self._fold(key, task, tokens_in, tokens_out, 1, from_dispatch=False)
+            return
+        sums = self.calls.get(key)
+        if sums is None:
+            sums = self.calls[key] = [0, 0, 0]
+        sums[0] += tokens_in
+        sums[1] += tokens_out
+        sums[2] += 1
+
+    def dispatch(self, attributes: dict[str, Any], key: int, task: str) -> None:
+        tokens_in, tokens_out = _count(attributes.get(GEN_AI_INPUT_TOKENS)), _count(attributes.get(GEN_AI_OUTPUT_TOKENS))
+        if tokens_in is not None or tokens_out is not None:
+            calls = _count(attributes.get(ROLLOUT_MODEL_CALLS)) or 0
+            self.calls.pop(key, None)  # its own totals win over its spans
+            self._fold(key, task, tokens_in or 0, tokens_out or 0, calls, from_dispatch=True)
+            self._remember(key, None)
+            return
+        sums = self.calls.pop(key, None)
+        if sums is not None:
+            self._fold(key, task, sums[0], sums[1], sums[2], from_dispatch=False)
+        self._remember(key, task)
+
+    def _remember(self, key: int, task: str | None) -> None:
+        self.recent[key] = task
+        if len(self.recent) > RECENT_DISPATCHES:
+            self.recent.popitem(last=False)
+
+    def _fold(self, key: int, task: str, tokens_in: int, tokens_out: int, calls: int, from_dispatch: bool) -> None:
+        """Count a rollout's tokens (or, for a model call read after its dispatch, add to them)."""
+        self.input_tokens += tokens_in
+        self.output_tokens += tokens_out
+        self.model_calls += calls
+        known = self.per_rollout.get(key)
+        if known is None:
+            self.from_dispatch += from_dispatch
+            self.from_spans += not from_dispatch
+            if len(self.per_rollout) < TOKEN_ROLLOUTS:
+                self.per_rollout[key] = (tokens_in + tokens_out, task)
+            else:
+                self.not_kept += 1
+        else:
+            self.per_rollout[key] = (known[0] + tokens_in + tokens_out, known[1])
+
+    def figures(self, reward_of: Any, threshold: float) -> dict[str, Any]:
+        """``reward_of(key)``: the rollout's memo reward (NaN none, +inf masked, -inf unscored), or None."""
+        for key, sums in self.calls.items():  # model calls whose dispatch was never read
+            self._fold(key, "(model calls without a dispatch)", sums[0], sums[1], sums[2], from_dispatch=False)
+        self.calls = {}
+        run = DurationSketch()
+        tasks: dict[str, DurationSketch] = {}
+        by_reward: dict[str, DurationSketch] = {}
+        for key, (total, task) in self.per_rollout.items():
+            run.add(total)
+            sketch = tasks.get(task)
+            if sketch is None:
+                sketch = tasks[task] = DurationSketch()
+            sketch.add(total)
+            known = reward_of(key)
+            reward = known[0] if known is not None else math.nan
+            value = reward_value(reward)
+            label = "no verify" if value is None else (value if isinstance(value, str) else f"{round(value, 2):g}")
+            group = by_reward.get(label)
+            if group is None:
+                group = by_reward[label] = DurationSketch()
+            group.add(total)
+
+        def stats(sketch: DurationSketch) -> dict[str, Any]:
+            return {
+                "rollouts": sketch.count,
+                "mean": sketch.total / sketch.count if sketch.count else None,
+                "p95": sketch.quantile(0.95),
+                "max": sketch.max,
+            }
+
+        return {
+            "rollouts": run.count,
+            "from_dispatch_totals": self.from_dispatch,
+            "from_model_call_spans": self.from_spans,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "model_calls": self.model_calls,
+            "model_call_spans": self.model_call_spans,
+            "model_call_errors": dict(self.model_call_errors.most_common()),
+            "per_rollout": stats(run),
+            "tasks": {task: stats(sketch) for task, sketch in tasks.items()},
+            "by_reward": [
+                {"reward": label, **stats(sketch)}
+                for label, sketch in sorted(by_reward.items(), key=lambda item: _reward_order(item[0]))
+            ],
+            "slowest_model_calls": [entry for _, _, entry in sorted(self.slowest, reverse=True)],
+            "not_kept": self.not_kept,
+        }
+
+
+def _reward_order(label: str) -> tuple[int, float]:
+    try:
+        return (0, float(label))
+    except ValueError:
+        return (1, 0.0)
+
+
 def reward_class(reward: float, threshold: float) -> str:
     if math.isnan(reward):
         return "no verify"
@@ -289,6 +546,26 @@ class DurationSketch:
             ],
             "beyond": beyond,
         }
+
+
+class TaskDurations:
+    """Each task's dispatch durations in a sketch of its own (p50 / p95 per task): grows with tasks, not rollouts."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, DurationSketch] = {}
+
+    def add(self, task: str, nanos: int) -> None:
+        sketch = self.tasks.get(task)
+        if sketch is None:
+            sketch = self.tasks[task] = DurationSketch()
+        sketch.add(nanos)
+
+    def figures(self, task: str) -> dict[str, float | None]:
+        sketch = self.tasks.get(task)
+        if sketch is None:
+            return {"p50_ms": None, "p95_ms": None}
+        p50, p95 = sketch.quantile(0.50), sketch.quantile(0.95)
+        return {"p50_ms": None if p50 is None else p50 / 1e6, "p95_ms": None if p95 is None else p95 / 1e6}
 
 
 def nice_step(raw: float) -> float:
@@ -410,8 +687,12 @@ class RunFigures:
         join_capacity: int = JOIN_CAPACITY,
         rollout_rows: int = ROLLOUT_ROWS,
         memo_capacity: int = MEMO_CAPACITY,
+        max_infra_failures: float = INFRA_LIMIT,
     ) -> None:
         self.success_threshold = success_threshold
+        self.infra = InfraFailures(max_infra_failures)
+        self.tokens = TokenFigures()
+        self.task_durations = TaskDurations()
         self.rollout_rows = rollout_rows
         self.memo = RolloutMemo(memo_capacity)
         self.rows: dict[int, dict[str, Any]] = {}
@@ -461,6 +742,10 @@ class RunFigures:
             self._dispatch(span, attributes)
         elif span.name == semconv.SPAN_VERIFY:
             self._verify(span, attributes)
+        elif GEN_AI_OPERATION in attributes:
+            rollout_id = attributes.get(semconv.ROLLOUT_ID)
+            key = rollout_key(span.trace_id, rollout_id if type(rollout_id) is str else None)
+            self.tokens.model_call(span, key, self.trace_url)
         else:
             self._health(span, attributes)
 
@@ -524,6 +809,8 @@ class RunFigures:
         else:
             error_name = None
             self.memo.add(key)
+        self.infra.dispatched(task.label, error_name)
+        self.tokens.dispatch(attributes, key, task.label)
         self._attempt(span, attributes, task, rollout_id, error_name, key)
         duration: int | None = None
         if attributes.get(REPLAY_TIMING) == TIMING_PLACEHOLDER or span.end_ns < span.start_ns or not span.start_ns:
@@ -533,6 +820,7 @@ class RunFigures:
             self.durations.add(duration)
             task.durations += 1
             task.duration_total += duration
+            self.task_durations.add(task.label, duration)
             self._sequence += 1
             if len(self.slowest) < SLOWEST or duration > self.slowest[0][0]:
                 entry = (duration, self._sequence, {**self._rollout(span, attributes, task), "duration_ms": duration / 1e6})
@@ -598,6 +886,7 @@ class RunFigures:
             attributes.get(semconv.VERIFY_MASKED) is True,
             rule if rule in semconv.REWARD_RULES else "last",
             span.start_ns,
+            kind if type(kind := attributes.get(semconv.FAILURE_KIND)) is str else None,
         )
         self._meet(span, attributes, "verify", result)
 
@@ -629,7 +918,8 @@ class RunFigures:
 
     def _score(self, dispatch: list[Any]) -> None:
         """Score a rollout once, by its verifies' reward rule (the last one's rule: ``last``, ``sum``,
-        ``max`` or ``first``, in the order they started); a failed rollout's verifies are not counted."""
+        ``max`` or ``first``, in the order they started); a failed rollout's verifies are not counted
+        (its dispatch already counted it as an infrastructure failure)."""
         task, key, failed, verifies = dispatch
         if not verifies or failed:
             return
@@ -641,6 +931,9 @@ class RunFigures:
             rewards = [verify[0] for verify in verifies if verify[0] is not None]
             reward = (sum(rewards) if rule == "sum" else max(rewards)) if rewards else None
             masked = reward is None and any(verify[1] for verify in verifies)
+        failure_kind = next((verify[4] for verify in reversed(verifies) if verify[4] is not None), None)
+        if key is not None:
+            self.infra.verified(task.label, reward, masked, failure_kind)
         if reward is not None:
             task.add_reward(reward, reward >= self.success_threshold)
         elif masked:
@@ -814,6 +1107,7 @@ class RunFigures:
                 "services": sorted(self.services),
                 "first_start_unix_nano": self.first_start,
                 "last_end_unix_nano": self.last_end,
+                "wall_ms": (self.last_end - self.first_start) / 1e6 if self.first_start and self.last_end else None,
             },
             "run": {
                 "tasks": len(tasks),
@@ -868,6 +1162,12 @@ class RunFigures:
             "rollouts": self._rollout_rows(),
         }
         figures["time"]["linear_histogram"] = durations.linear_histogram()
+        figures["infra_failures"] = infra = self.infra.figures(self._replaced_attempts())
+        figures["tokens"] = tokens = self.tokens.figures(self.memo.get, self.success_threshold)
+        for task_figure in task_figures:
+            task_figure["infra_failures"] = infra["tasks"].get(task_figure["task"])
+            task_figure["tokens"] = tokens["tasks"].get(task_figure["task"])
+            task_figure.update(self.task_durations.figures(task_figure["task"]))
         figures["health"]["unhealthy"] = [
             self._fill({key: value for key, value in item.items() if key != "key"}, item["key"]) for item in self.unhealthy
         ]
@@ -930,6 +1230,14 @@ class RunFigures:
             "rewarded_unhealthy": rewarded_unhealthy,
             "not_crossed": self.memo.full,
         }
+
+    def _replaced_attempts(self) -> list[tuple[str, str]]:
+        """(task, error type) of each failed attempt that a later attempt of its (task index, repeat) replaced."""
+        replaced = []
+        for attempts in self.chains.values():
+            ordered = sorted(attempts, key=lambda attempt: attempt["attempt"])
+            replaced += [(step["task"], step["error_type"]) for step in ordered[:-1] if step["error_type"] is not None]
+        return replaced
 
     def _retries(self) -> dict[str, Any]:
         chains: list[dict[str, Any]] = []

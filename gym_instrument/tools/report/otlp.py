@@ -35,6 +35,8 @@ from gym_instrument.lines import bounded_lines, too_long
 
 GYM_SPANS = frozenset((semconv.SPAN_DISPATCH, semconv.SPAN_VERIFY, semconv.SPAN_HEALTH))
 STATUS_ERROR = 2
+SCOPE = semconv.INSTRUMENTATION_NAME  # the package's tracer: its model-call spans are read beside the three spans above
+_CLIENT = (3, "SPAN_KIND_CLIENT")
 _STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2, "UNSET": 0, "OK": 1, "ERROR": 2}
 # A progress bar is worth drawing only for reads that take a while (about a second and up).
 PROGRESS_BYTES = 64 * 1024 * 1024
@@ -191,6 +193,21 @@ def _get(mapping: dict[str, Any], camel: str, snake: str) -> Any:
     return mapping.get(snake) if value is None else value
 
 
+def _scope_name(scope: dict[str, Any]) -> Any:
+    inner = scope.get("scope")
+    if type(inner) is not dict:
+        inner = _get(scope, "instrumentationLibrary", "instrumentation_library")
+    return inner.get("name") if type(inner) is dict else None
+
+
+def is_model_call(span: dict[str, Any]) -> bool:
+    """A model-call span of the package: kind CLIENT, with ``gen_ai.operation.name`` (GenAI semantic conventions)."""
+    if span.get("kind") not in _CLIENT:
+        return False
+    key_values = span.get("attributes")
+    return type(key_values) is list and any(type(kv) is dict and kv.get("key") == "gen_ai.operation.name" for kv in key_values)
+
+
 def spans_of_line(line: str | bytes, stats: ReadStats) -> Iterator[Span]:
     """The package's spans in one OTLP/JSON line."""
     try:
@@ -222,11 +239,12 @@ def spans_of_line(line: str | bytes, stats: ReadStats) -> Iterator[Span]:
             spans = scope.get("spans") if type(scope) is dict else None
             if type(spans) is not list:
                 continue
+            ours = _scope_name(scope) == SCOPE
             for span in spans:
                 if type(span) is not dict:
                     continue
                 name = span.get("name")
-                if name not in GYM_SPANS:
+                if type(name) is not str or (name not in GYM_SPANS and not (ours and is_model_call(span))):
                     stats.other_spans += 1
                     continue
                 trace_id = hex_id(_get(span, "traceId", "trace_id"), 16)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gym_instrument.tools.report.svg import Bar, Segment, duration_label, histogram, horizontal_bars, stacked_shares
-from gym_instrument.tools.report.text import milliseconds, number, percent
+from gym_instrument.tools.report.text import milliseconds, number, percent, plural, span_text
 
 PICTURE_TASKS = 40  # tasks drawn in the reward-per-task chart
 TABLE_TASKS = 5000  # rows of the per-task table (the JSON has them all)
@@ -29,6 +29,8 @@ h2 { font-size: 18px; margin-top: 30px; border-bottom: 1px solid #ddd; padding-b
 h3 { font-size: 15px; margin: 18px 0 4px; }
 nav a { margin-right: 12px; }
 .muted { color: #666; } .note { color: #555; max-width: 980px; }
+.infra { border-left: 4px solid #ccc; padding: 2px 12px; margin: 12px 0; }
+.infra h2 { margin-top: 6px; border: 0; } .infra.over { border-left-color: #e15759; background: #fdf3f2; }
 .cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 14px 0; }
 .card { border: 1px solid #ddd; border-radius: 6px; padding: 6px 12px; min-width: 120px; max-width: 230px; }
 .card b { display: block; font-size: 20px; } .card span { font-size: 12px; }
@@ -181,7 +183,7 @@ def reward_chart(figures: dict[str, Any]) -> str:
     rewards = figures["rewards"]
     success = figures["run"]["success_threshold"]
     extra = [
-        Bar(name, rewards[key], colour, f"{rewards[key]} rollouts {name}")
+        Bar(name, rewards[key], colour, f"{plural(rewards[key], 'rollout')} {name}")
         for name, key, colour in (
             ("masked", "masked", MASKED),
             ("unscored", "unscored", UNSCORED),
@@ -198,7 +200,7 @@ def reward_chart(figures: dict[str, Any]) -> str:
             f"{float(value):g}",
             count,
             SUCCESS if float(value) >= success else BELOW,
-            f"reward {float(value):g}: {count} rollouts",
+            f"reward {float(value):g}: {plural(count, 'rollout')}",
         )
         for value, count in rewards["values"].items()
     ]
@@ -210,7 +212,10 @@ def task_chart(tasks: Sequence[dict[str, Any]], threshold: float) -> str:
     rows = []
     for task in tasks[:PICTURE_TASKS]:
         successes, below = task["successes"], task["rewarded"] - task["successes"]
-        failed = sum(task["errors"].values())
+        # Rollouts, as the Tasks table counts them, and those that failed for good: a failed attempt that a
+        # retry replaced is not a rollout of its own.
+        infra = task.get("infra_failures")
+        failed = infra["rollouts"] - task["rollouts"] if infra else sum(task["errors"].values())
         rows.append(
             (
                 task["task"],
@@ -233,7 +238,11 @@ def duration_chart(time: dict[str, Any]) -> str:
     if not bins:
         return ""
     scale = bins[-1][1]
-    extra = [Bar("longer", linear["beyond"], "#76b7b2", f"{linear['beyond']} dispatches longer")] if linear["beyond"] else []
+    extra = (
+        [Bar("longer", linear["beyond"], "#76b7b2", f"{plural(linear['beyond'], 'dispatch', 'dispatches')} longer")]
+        if linear["beyond"]
+        else []
+    )
     unit = "s" if scale >= 2000 else "ms"
     return histogram(bins, f"dispatch duration ({unit})", "dispatches", lambda ms: duration_label(ms, scale), extra)
 
@@ -260,7 +269,12 @@ def _cards(figures: dict[str, Any]) -> str:
     largest = next(reversed(pass_at), None)
     cards = [
         _card("tasks", run["tasks"]),
-        _card("dispatches", run["dispatches"], f"{run['errors']} failed, {figures['retries']['retried_dispatches']} retries"),
+        _card(
+            "dispatches",
+            run["dispatches"],
+            f"{run['errors']} failed, {plural(figures['retries']['retried_dispatches'], 'retry', 'retries')}",
+        ),
+        _card("wall time", milliseconds(figures["source"].get("wall_ms")), span_text(figures["source"])),
         _card("rewarded rollouts", run["rewarded"], f"{run['masked']} masked, {run['unscored']} unscored"),
         _card(
             "mean reward",
@@ -352,7 +366,7 @@ TASK_HEADER = [
     ("std", False),
     ("success", False),
     ("pass@1", False),
-    ("pass@n", False),
+    ("pass@k", False),
     ("all equal", False),
     ("unhealthy", False),
     ("mean time", False),
@@ -491,6 +505,82 @@ def _retries(retries: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def infra_section(infra: dict[str, Any] | None, tasks: Sequence[dict[str, Any]]) -> str:
+    """First on the page: rollouts that failed for the infrastructure, apart from honest rewards of 0, per task."""
+    from gym_instrument.tools.report.text import infra_line, kinds_text
+
+    line = infra_line(infra)
+    if infra is None or line is None:
+        return ""
+    css = "infra over" if infra["over_limit"] else "infra"
+    parts = [
+        f"<section id='infra-failures' class='{css}'><h2>Infrastructure failures: {infra['failures']} of"
+        f" {plural(infra['rollouts'], 'rollout')}</h2><p>{_e(line)}</p>",
+        "<p class='note'>A rollout failed for the infrastructure, not for its answer, when its dispatch failed"
+        " (<code>error.type</code>), its verify names a failure kind (<code>nemo.gym.failure_kind</code>) or was masked."
+        " A trainer that reads such a rollout as reward 0 learns from a broken environment. Honest zeros: a numeric"
+        " reward of 0 with none of these. A failed attempt that a retry replaced is not counted.</p>",
+    ]
+    failing = [task for task in tasks if (task.get("infra_failures") or {}).get("failures")]
+    if failing:
+        rows = [
+            f"<tr>{_td(_e(task['task']), text=True)}{_td(task['infra_failures']['failures'])}"
+            f"{_td(task['infra_failures']['rollouts'])}{_td(_e(kinds_text(task['infra_failures']['kinds'])), text=True)}"
+            f"{_td(task['infra_failures']['honest_zeros'])}</tr>"
+            for task in failing
+        ]
+        header = [("task", True), ("failures", False), ("rollouts", False), ("kinds", True), ("honest zeros", False)]
+        parts.append(_table(header, rows, table_id="infra-table"))
+    return "".join(parts) + "</section>"
+
+
+def token_section(tokens: dict[str, Any] | None) -> str:
+    """Tokens per rollout and per task, against reward, and the slowest model calls (nothing when the spans have none)."""
+    from gym_instrument.tools.report.text import count_text, token_lines
+
+    lines = token_lines(tokens)
+    if tokens is None or not lines:
+        return ""
+    parts = ["<h2 id='tokens'>Tokens</h2>", f"<p>{_e(lines[1])}</p>"]
+    if tokens["by_reward"]:
+        rows = [
+            f"<tr>{_td(_e(item['reward']), text=True)}{_td(item['rollouts'])}{_td(count_text(item['mean']))}"
+            f"{_td(count_text(item['p95']))}</tr>"
+            for item in tokens["by_reward"]
+        ]
+        parts.append("<h3>Tokens against reward</h3>")
+        header = [("reward", True), ("rollouts", False), ("mean tokens", False), ("p95", False)]
+        parts.append(_table(header, rows, table_id="tokens-reward-table"))
+    if tokens["tasks"]:
+        rows = [
+            f"<tr>{_td(_e(task), text=True)}{_td(item['rollouts'])}{_td(count_text(item['mean']))}"
+            f"{_td(count_text(item['p95']))}{_td(count_text(item['max']))}</tr>"
+            for task, item in tokens["tasks"].items()
+        ]
+        parts.append("<h3>Tokens per task (per rollout)</h3>")
+        header = [("task", True), ("rollouts", False), ("mean", False), ("p95", False), ("max", False)]
+        parts.append(_table(header, rows, table_id="tokens-task-table"))
+    if tokens["slowest_model_calls"]:
+        rows = [
+            f"<tr>{_td(_e(item['name']), text=True)}{_td(_e(item['model'] or '-'), text=True)}"
+            f"{_td(_e(item['rollout_id'] or '-'), text=True)}{_td(milliseconds(item['duration_ms']), sort=item['duration_ms'])}"
+            f"{_td(count_text(item['input_tokens']))}{_td(count_text(item['output_tokens']))}{_td(_trace(item), text=True)}</tr>"
+            for item in tokens["slowest_model_calls"]
+        ]
+        parts.append("<h3>Slowest model calls</h3>")
+        header = [
+            ("call", True),
+            ("model", True),
+            ("rollout id", True),
+            ("time", False),
+            ("input", False),
+            ("output", False),
+            ("trace", True),
+        ]
+        parts.append(_table(header, rows, table_id="model-calls-table"))
+    return "".join(parts)
+
+
 def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str:
     """The whole page."""
     source, run, health, time, errors = figures["source"], figures["run"], figures["health"], figures["time"], figures["errors"]
@@ -505,6 +595,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
         + (f", <b>{source['replayed_spans']} replayed</b> from a run's files" if source["replayed_spans"] else "")
         + (f"; services: {_e(', '.join(source['services']))}" if source["services"] else "")
         + "</p>",
+        infra_section(figures.get("infra_failures"), tasks),
         "<nav><a href='#rewards'>Rewards</a><a href='#reward-health-section'>Reward × health</a><a href='#tasks'>Tasks</a>"
         "<a href='#groups'>Agents</a><a href='#rollouts'>All rollouts</a><a href='#health'>Health</a>"
         "<a href='#time'>Time</a></nav>",
@@ -527,7 +618,8 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     shown = min(len(tasks), PICTURE_TASKS)
     parts.append(
         _figure(
-            f"Reward per task: share of its rollouts at each outcome ({shown} of {len(tasks)} tasks)",
+            "Reward per task: share of its rollouts at each outcome, as the Tasks table counts them"
+            f" ({shown} of {len(tasks)} tasks)",
             task_chart(tasks, threshold),
         )
     )
@@ -544,7 +636,8 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
         parts.append(_crossed(reward_health, list(health["verdicts"])))
         flagged = reward_health["rewarded_unhealthy"]
         parts.append(
-            f"<h3 id='rewarded-unhealthy'>Rewarded but unhealthy: {reward_health['rewarded_unhealthy_total']} rollouts</h3>"
+            "<h3 id='rewarded-unhealthy'>Rewarded but unhealthy:"
+            f" {plural(reward_health['rewarded_unhealthy_total'], 'rollout')}</h3>"
         )
         if flagged:
             if len(flagged) < reward_health["rewarded_unhealthy_total"]:
@@ -557,8 +650,8 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
 
     parts.append("<h2 id='tasks'>Tasks</h2>")
     parts.append(
-        "<p class='note'>One row per task, over its rollouts (dispatches that did not fail). pass@n is pass@k at k = the"
-        " task's own number of rewarded rollouts. A highlighted row is a group whose rewards are all equal: its advantages"
+        "<p class='note'>One row per task, over its rollouts (dispatches that did not fail). pass@k at k = the task's own"
+        " number of rewarded rollouts. A highlighted row is a group whose rewards are all equal: its advantages"
         " are all zero, so it teaches a GRPO-style update nothing. Click a column to sort.</p>"
     )
     parts.append(_table(TASK_HEADER, _task_rows(tasks), table_id="tasks-table", full=True))
@@ -638,7 +731,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     parts.append("<h2 id='health'>Health</h2>")
     if health["spans"]:
         parts.append("<div class='charts'>")
-        parts.append(_figure(f"Verdicts ({health['spans']} rollouts)", verdict_chart(health)))
+        parts.append(_figure(f"Verdicts ({plural(health['spans'], 'rollout')})", verdict_chart(health)))
         parts.append(_figure("Failed checks, by rollouts hit", checks_chart(health)))
         parts.append("</div>")
         if health["unhealthy"]:
@@ -676,6 +769,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
                 ],
             )
         )
+    parts.append(token_section(figures.get("tokens")))
     parts.append(
         "<h2 id='source'>Source</h2><ul>" + "".join(f"<li><code>{_e(path)}</code></li>" for path in source["files"]) + "</ul>"
     )
@@ -683,19 +777,47 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     return "\n".join(parts)
 
 
+def _ms(value: float | None) -> str:
+    """Milliseconds in three figures or so, without the unit (the column names it)."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2g}"
+
+
+def times(measures: dict[str, Any]) -> str:
+    """A task's p50 and p95 dispatch time, A → B each, in one cell."""
+    return " · ".join(f"{_ms(measures[name]['a'])} → {_ms(measures[name]['b'])}" for name in ("p50_ms", "p95_ms"))
+
+
+def _run_name(letter: str, run: dict[str, Any]) -> str:
+    """A run on the comparison page: its service name(s), its path, a link to its own report."""
+    from pathlib import Path
+
+    services = ", ".join(run.get("services") or []) or "(no service.name)"
+    link = f" · <a href='{_e(Path(run['report']).name)}'>its report</a>" if run.get("report") else ""
+    return f"<b>{letter}</b>: {_e(services)} <code>{_e(run['name'])}</code>{link}"
+
+
 def render_compare(comparison: dict[str, Any], title: str = "gym-instrument compare") -> str:
     """The page of :func:`gym_instrument.tools.report.compare.compare`: overall, then every task, worse first."""
-    from gym_instrument.tools.report.compare import diff_text, overall_rows, value_text
+    from gym_instrument.tools.report.compare import diff_text, infra_lines, overall_rows, value_text
 
-    a, b = comparison["a"], comparison["b"]
     overall = comparison["overall"]
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body><main>",
         f"<h1>{html.escape(title)}</h1>",
-        f"<p><b>A</b>: <code>{_e(a['name'])}</code><br><b>B</b>: <code>{_e(b['name'])}</code></p>",
+        "<p>" + "<br>".join(_run_name(side.upper(), comparison[side]) for side in ("a", "b")) + "</p>",
     ]
+    over = any((comparison[side].get("infra_failures") or {}).get("over_limit") for side in ("a", "b"))
+    lines = infra_lines(comparison)
+    if lines:
+        parts.append(
+            f"<section id='infra-failures' class='infra{' over' if over else ''}'>"
+            + "".join(f"<p>{_e(line)}</p>" for line in lines)
+            + "</section>"
+        )
     changes = comparison["changes"]
     parts.append(
         "<div class='cards'>"
@@ -730,12 +852,23 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
         " runs have for the task. Click a column to sort.</p>"
     )
     rows = []
+    tokens = any(
+        task["measures"].get("tokens_mean", {}).get(side) is not None for task in comparison["tasks"] for side in ("a", "b")
+    )
     for task in comparison["tasks"]:
         m = task["measures"]
         k = m.get("pass_at_k")
 
         def pair(name: str, kind: str, m: dict[str, Any] = m) -> str:
             return f"{value_text(m[name]['a'], kind)} → {value_text(m[name]['b'], kind)}"
+
+        def change(name: str, kind: str, m: dict[str, Any] = m) -> str:
+            """A → B and the change in one cell, sorted by the change."""
+            value = m[name]["diff"]
+            shown = f"{value_text(m[name]['a'], kind)} → {value_text(m[name]['b'], kind)}"
+            if value is not None:
+                shown += f" <span class='muted'>({diff_text(value, kind)})</span>"
+            return _td(shown, sort=value if value is not None else "")
 
         def diff(name: str, kind: str, m: dict[str, Any] = m) -> str:
             value = m[name]["diff"]
@@ -754,6 +887,9 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
             diff("unhealthy_rate", "percent"),
             _td(pair("failed", "count")),
             diff("failed", "count"),
+            _td(pair("masked_rate", "percent"), sort=m["masked_rate"]["diff"] if m["masked_rate"]["diff"] is not None else ""),
+            _td(times(m), sort=m["p95_ms"]["diff"] if m["p95_ms"]["diff"] is not None else ""),
+            *([change("tokens_mean", "tokens")] if tokens else []),
         ]
         css = {"worse": ' class="bad"', "better": ' class="good"'}.get(task["change"], "")
         rows.append(f'<tr data-change="{task["change"]}"{css}>{"".join(cells)}</tr>')
@@ -770,6 +906,9 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
         ("Δ", False),
         ("failed A → B", False),
         ("Δ", False),
+        ("masked A → B", False),
+        ("time p50 · p95, ms A → B", False),
+        *([("tokens / rollout A → B (Δ)", False)] if tokens else []),
     ]
     parts.append(_table(header, rows, table_id="compare-tasks", full=True))
     for side, key in (("A", "only_in_a"), ("B", "only_in_b")):

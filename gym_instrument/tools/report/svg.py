@@ -176,7 +176,7 @@ def stacked_shares(rows: Sequence[tuple[str, Sequence[Segment]]], label_width: i
             if not segment.rollouts:
                 continue
             width = plot * segment.rollouts / total
-            tip = _e(f"{label}: {segment.rollouts} of {total} rollouts {segment.name}")
+            tip = _e(f"{label}: {segment.rollouts} of {total} rollout{'' if total == 1 else 's'} {segment.name}")
             parts.append(
                 f'<g><title>{tip}</title><rect x="{offset:.1f}" y="{y + 3}" width="{width:.1f}" height="{row - 6}"'
                 f' fill="{segment.colour}"/></g>'

@@ -82,22 +82,69 @@ TASK_HEADER = [
 ]
 
 
+def span_text(source: dict[str, Any]) -> str:
+    """The run's start and end in UTC (first dispatch start, last dispatch end), the end's date only when it differs."""
+    import datetime
+
+    start, end = source.get("first_start_unix_nano"), source.get("last_end_unix_nano")
+    if not start or not end:
+        return "no dispatch with a start and an end"
+    first = datetime.datetime.fromtimestamp(start / 1e9, datetime.timezone.utc)
+    last = datetime.datetime.fromtimestamp(end / 1e9, datetime.timezone.utc)
+    shown = "%H:%M:%S" if last.date() == first.date() else "%Y-%m-%d %H:%M:%S"
+    return f"{first:%Y-%m-%d %H:%M:%S} to {last.strftime(shown)} UTC"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 rollout``, ``2 rollouts``: a count and its noun."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def kinds_text(kinds: dict[str, int]) -> str:
+    return ", ".join(f"{kind} {count}" for kind, count in kinds.items())
+
+
+def infra_line(infra: dict[str, Any] | None) -> str | None:
+    """The first line of a report: infrastructure failures, apart from honest zeros, against the limit."""
+    if not infra or not infra["rollouts"]:
+        return None
+    limit = f"--max-infra-failures {infra['limit']:.0%}"
+    if not infra["failures"]:
+        return (
+            f"infrastructure failures: none of {plural(infra['rollouts'], 'rollout')} (limit {limit});"
+            f" honest zeros: {infra['honest_zeros']}"
+        )
+    head = "OVER THE LIMIT: " if infra["over_limit"] else ""
+    where = "over" if infra["over_limit"] else "within"
+    return (
+        f"{head}infrastructure failures: {infra['failures']} of {plural(infra['rollouts'], 'rollout')}"
+        f" ({infra['share']:.0%}, {where} {limit}): {kinds_text(infra['kinds'])};"
+        f" honest zeros (reward 0, no failure): {infra['honest_zeros']}"
+    )
+
+
 def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
     """A few screens at most, whatever the size of the run."""
     source, run, health, time = figures["source"], figures["run"], figures["health"], figures["time"]
     out: list[str] = []
+    first = infra_line(figures.get("infra_failures"))
+    if first:
+        out.append(first)
     replayed = f", {source['replayed_spans']} replayed" if source["replayed_spans"] else ""
     out.append(
         f"spans: {source['spans']} of the package{replayed} from {len(source['files'])} file(s)"
         + (f"; services: {', '.join(source['services'])}" if source["services"] else "")
     )
+    if source.get("wall_ms") is not None:
+        out.append(f"time: {span_text(source)}, wall {milliseconds(source['wall_ms'])}")
     if source.get("unreadable_lines"):
         out.append(
             f"{source['unreadable_lines']} lines could not be read (not OTLP/JSON: a program's own output in the"
             " span file? the gym_json_file exporter writes to a file of its own)"
         )
     out.append(
-        f"run: {run['tasks']} tasks, {run['dispatches']} dispatches ({run['errors']} failed), {run['rewarded']} rewarded,"
+        f"run: {plural(run['tasks'], 'task')}, {plural(run['dispatches'], 'dispatch', 'dispatches')} ({run['errors']} failed),"
+        f" {run['rewarded']} rewarded,"
         f" {run['masked']} masked, {run['unscored']} without a numeric reward"
     )
     out.append(
@@ -116,6 +163,24 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
     if run["verifies_without_dispatch"]:
         out.append(f"verify spans whose dispatch was not found: {run['verifies_without_dispatch']}")
     tasks = figures["tasks"]
+    failing = [task for task in tasks if (task.get("infra_failures") or {}).get("failures")]
+    if failing:
+        out += ["", "infrastructure failures per task (not rewards of 0):"]
+        out.append(
+            render_table(
+                ["task", "failures", "of rollouts", "kinds", "honest zeros"],
+                [
+                    [
+                        task["task"],
+                        task["infra_failures"]["failures"],
+                        task["infra_failures"]["rollouts"],
+                        kinds_text(task["infra_failures"]["kinds"]),
+                        task["infra_failures"]["honest_zeros"],
+                    ]
+                    for task in failing[:TASK_ROWS]
+                ],
+            )
+        )
     if tasks:
         out += ["", render_table(TASK_HEADER, task_rows(tasks[:TASK_ROWS]))]
         if len(tasks) > TASK_ROWS:
@@ -160,7 +225,8 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
         chains = [" -> ".join(str(step["rollout_id"]) for step in chain["attempts"]) for chain in retries["chains"][:5]]
         out += [
             "",
-            f"retries: {retries['retried_dispatches']} dispatches; {retries['recovered']} rollouts recovered,"
+            f"retries: {plural(retries['retried_dispatches'], 'dispatch', 'dispatches')};"
+            f" {plural(retries['recovered'], 'rollout')} recovered,"
             f" {retries['still_failed']} still failed" + (": " + ", ".join(chains) if chains else ""),
         ]
     agents = (figures.get("groups") or {}).get("agent") or []
@@ -201,9 +267,70 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
                     ],
                 )
             )
+    out += token_lines(figures.get("tokens"))
     if html_path:
         out += ["", f"report: {html_path}"]
     return "\n".join(out)
+
+
+def token_lines(tokens: dict[str, Any] | None) -> list[str]:
+    """Tokens per rollout and per task, against reward, and the slowest model calls; nothing without them."""
+    if not tokens or not (tokens["rollouts"] or tokens["model_call_spans"]):
+        return []
+    per = tokens["per_rollout"]
+    out = [
+        "",
+        f"tokens: {tokens['input_tokens'] + tokens['output_tokens']:,} (input {tokens['input_tokens']:,}, output"
+        f" {tokens['output_tokens']:,}) in {plural(tokens['model_calls'], 'model call')} over"
+        f" {plural(tokens['rollouts'], 'rollout')}; per rollout mean {count_text(per['mean'])}, p95 {count_text(per['p95'])}"
+        f" ({tokens['from_dispatch_totals']} from the dispatch's totals, {tokens['from_model_call_spans']} summed from"
+        " model-call spans)",
+    ]
+    if tokens["by_reward"]:
+        out.append(
+            "tokens against reward: "
+            + "; ".join(
+                f"reward {item['reward']}: mean {count_text(item['mean'])}, p95 {count_text(item['p95'])}"
+                f" ({plural(item['rollouts'], 'rollout')})"
+                for item in tokens["by_reward"]
+            )
+        )
+    if tokens["tasks"]:
+        out.append("tokens per task:")
+        out.append(
+            render_table(
+                ["task", "rollouts", "mean", "p95", "max"],
+                [
+                    [task, item["rollouts"], count_text(item["mean"]), count_text(item["p95"]), count_text(item["max"])]
+                    for task, item in list(tokens["tasks"].items())[:TASK_ROWS]
+                ],
+            )
+        )
+    if tokens["model_call_errors"]:
+        out.append("failed model calls: " + kinds_text(tokens["model_call_errors"]))
+    if tokens["slowest_model_calls"]:
+        out.append("slowest model calls:")
+        out.append(
+            render_table(
+                ["call", "rollout id", "time", "input", "output", "trace"],
+                [
+                    [
+                        item["name"],
+                        item["rollout_id"] or "-",
+                        milliseconds(item["duration_ms"]),
+                        count_text(item["input_tokens"]),
+                        count_text(item["output_tokens"]),
+                        link(item),
+                    ]
+                    for item in tokens["slowest_model_calls"][:5]
+                ],
+            )
+        )
+    return out
+
+
+def count_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def reward_text(value: Any) -> str:
