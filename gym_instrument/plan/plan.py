@@ -96,6 +96,7 @@ class Plan:
         "makes_call",
         "names_run",
         "open_span",
+        "prepares",
         "reads_result",
         "remembers",
         "role",
@@ -159,6 +160,7 @@ class Plan:
         self.emits = role.emits_child_spans
         self.isolates = role.isolates
         self.names_run = role.names_run
+        self.prepares = role.prepares_call
 
     def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
         """The user's extractors, and whether the role's own attribute rules apply (a second
@@ -205,7 +207,7 @@ class Plan:
         attached. None when the call is not the role's (a relay) or starting failed: it runs untouched."""
         role = self.role
         setup = ENGINE.setup
-        span = rollout_id = run_output = None
+        span = rollout_id = run_output = base = None
         try:
             recorder = setup.recorder
             tracer = recorder.cached_tracer or recorder.tracer()
@@ -217,7 +219,7 @@ class Plan:
                 row = self.find_row(instance, args, kwargs)
                 if row is MISSING:
                     row = None
-                if row is None and role.relays(current):
+                if row is None and role.relays(self, current):
                     return None
                 try:
                     attributes, identity = self.start_attributes(self, row, current)
@@ -249,6 +251,10 @@ class Plan:
                 active.row = None if row is MISSING else row
                 if self.names_run:
                     run_output = role.run_output(self, active.row, setup.link_files)
+            elif self.prepares:
+                base = role.prepare(self, instance, args, kwargs, current, setup.propagation)
+                if base is None:
+                    return None  # all it does is done before the call: it runs in its own context
         except Exception:
             FAILURES.failed(f"the start of the {self.role_name} role", self.where)
             return None
@@ -256,6 +262,8 @@ class Plan:
         try:
             if self.isolates:
                 active.ctx = Context({guard_key: guard})
+            elif base is not None:
+                active.ctx = compat.with_values(base, None, None, guard_key, guard)
             elif run_output is not None:
                 run_ctx = compat.with_values(current, None, None, RUN_OUTPUT_KEY, run_output)
                 active.ctx = compat.with_values(run_ctx, None, None, guard_key, guard)

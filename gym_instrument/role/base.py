@@ -56,6 +56,10 @@ class RoleCall(Protocol):
     def where(self) -> str:
         """The target, as failure logs name it."""
 
+    @property
+    def framework(self) -> str | None:
+        """The framework the target belongs to (a preset's name, or what a declared target says)."""
+
 
 class Emission(Protocol):
     """What a role that turns results into child spans may use of the call in flight."""
@@ -104,15 +108,30 @@ class Role:
     isolates = False  # the call runs in an empty context
     ties_to_job = False  # a root span is tied to the job context the process was started with (TRACEPARENT)
     names_run = False  # the call runs a whole run: its dispatches persist their links beside its output (run_output)
+    prepares_call = False  # prepare() runs before the call (no span): it may change its keyword arguments or its context
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and
         the rollout's identity, which names the span and its baggage whatever the rules."""
         return {}, None
 
-    def relays(self, current: Context) -> bool:
+    def relays(self, call: RoleCall, current: Context) -> bool:
         """Whether a call with no row of its own, in ``current``, is not this role's (it runs untouched)."""
         return False
+
+    def prepare(
+        self,
+        call: RoleCall,
+        instance: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        current: Context,
+        propagate_context: bool,
+    ) -> Context | None:
+        """``prepares_call`` roles, before the call: may change ``kwargs`` (the dict the call is made
+        with) and return the context the call runs in (None: it runs untouched, in its own).
+        ``propagate_context``: whether the package carries contexts across processes (a setting)."""
+        return None
 
     def reads_result(self, schema: RolloutSchema) -> bool:
         """Whether :meth:`on_success` has anything to read for targets of ``schema`` (asked once, at wrap time)."""
