@@ -77,6 +77,21 @@ def test_a_request_without_headers_gets_its_own(client: Any, telemetry: Any) -> 
     assert set(headers) == {"traceparent", "baggage"}
 
 
+def test_repeated_headers_of_a_multi_value_mapping_are_kept(client: Any, telemetry: Any) -> None:
+    from multidict import CIMultiDict
+
+    given = CIMultiDict([("Accept", "a"), ("Accept", "b")])
+    headers, _ = send(client(), telemetry, headers=given)
+    assert type(headers) is CIMultiDict and headers.getall("Accept") == ["a", "b"] and "traceparent" in headers
+    assert list(given.items()) == [("Accept", "a"), ("Accept", "b")]  # the caller's object: unchanged
+
+
+def test_headers_of_another_shape_are_left_as_given(client: Any, telemetry: Any) -> None:
+    given = (("Accept", "a"),)
+    headers, _ = send(client(), telemetry, headers=given)
+    assert headers is given
+
+
 def test_a_callers_own_traceparent_is_kept_and_never_doubled(client: Any, telemetry: Any) -> None:
     headers, _ = send(client(), telemetry, headers={"TraceParent": TRACEPARENT})
     assert headers == {"TraceParent": TRACEPARENT}

@@ -11,7 +11,7 @@ carry a ``traceparent``: a request never carries two.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import MutableMapping
 from typing import Any
 
 from opentelemetry import propagate
@@ -79,12 +79,19 @@ class InjectRole(Role):
         if not propagate_context or contrib_client_active(call.schema.http_client):
             return None
         given = kwargs.get("headers")
+        headers: Any
         if given is None:
-            headers: dict[str, Any] = {}
-        elif isinstance(given, Mapping) and not _has_traceparent(given):
+            headers = {}
+        elif not isinstance(given, MutableMapping) or _has_traceparent(given):
+            return None  # a traceparent of the caller's, or headers of another shape: left as given
+        elif type(given) is dict:
             headers = dict(given)  # a copy: the caller's object is never changed
         else:
-            return None  # a traceparent of the caller's, or headers of another shape: left as given
+            # A multi-value mapping (aiohttp's CIMultiDict) copies itself, repeated headers included.
+            copy = getattr(given, "copy", None)
+            headers = copy() if callable(copy) else None
+            if not isinstance(headers, MutableMapping) or headers is given:
+                return None
         propagate.inject(headers, context=current)
         if headers:
             kwargs["headers"] = headers
