@@ -18,8 +18,6 @@ ROLE_RUN: Final = "run"
 ROLE_INJECT: Final = "inject"
 # A server's request boundary: an empty context with the request's trace context and baggage in it (no span).
 ROLE_RECEIVE: Final = "receive"
-# One call of an agent to a model (GenAI client span).
-ROLE_MODEL_CALL: Final = "model_call"
 
 # Spans.
 SPAN_DISPATCH: Final = "gym.rollout.dispatch"
