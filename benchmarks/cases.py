@@ -23,12 +23,15 @@ import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import workload
 import wrapt
 from opentelemetry import baggage, trace
+from opentelemetry.context import attach as context_attach
+from opentelemetry.context import detach as context_detach
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -1192,6 +1195,121 @@ def case_links(sizes: Sizes) -> list[Row]:
     return rows_out
 
 
+# ---------------------------------------------------------------------------------------------
+# hops: the package's own propagation, per request
+
+
+def _loopback_request_us(requests: int) -> float:
+    """A bare HTTP request: the median time of an aiohttp POST with a small JSON body to an aiohttp
+    server on 127.0.0.1, answering a small JSON body (what every NeMo Gym hop is at least)."""
+    import aiohttp
+    from aiohttp import web
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"ok": True})
+
+    async def measure() -> float:
+        app = web.Application()
+        app.router.add_post("/run", answer)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with aiohttp.ClientSession() as session:
+                times = []
+                for _ in range(requests):
+                    start = WALL_TIME()
+                    async with session.post(f"http://127.0.0.1:{port}/run", json={"row": 1}) as response:
+                        await response.read()
+                    times.append(WALL_TIME() - start)
+            return statistics.median(times) * 1e6
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(measure())
+
+
+def spread_of(values: Sequence[float]) -> str:
+    return f"{_fmt(min(values))} / {_fmt(statistics.median(values))} / {_fmt(max(values))}"
+
+
+def case_hops(sizes: Sizes) -> list[Row]:
+    """Injection into a request's headers and extraction at a server's request boundary (the
+    ``inject`` and ``receive`` roles), per request, over the bare function; and as a ratio of a bare
+    loopback HTTP request with them added (the share of a hop they take)."""
+    import hops
+
+    provider, _exporter = sdk()
+    tracer = provider.get_tracer("bench")
+    header_rows = [
+        [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"traceparent", f"00-{number:032x}-{number:016x}-01".encode()),
+            (b"baggage", f"nemo.gym.rollout.id={number}-0".encode()),
+        ]
+        for number in range(1, 65)
+    ]
+
+    def prepare(number: int) -> list[int]:
+        return list(range(sizes.calls))
+
+    rows: list[Row] = []
+    bare_request_us = _loopback_request_us(max(50, sizes.calls // 20))
+    with instrumented(
+        [Target("hops:request", "inject", schema=SCHEMA), Target("hops:RequestResponseCycle.run_asgi", "receive")],
+        tracer_provider=provider,
+    ):
+        injecting, extracting = hops.request, hops.RequestResponseCycle.run_asgi
+        with tracer.start_as_current_span("gym.rollout.dispatch"):
+            token = context_attach(baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, "3-1"))
+            try:
+                if not drive(injecting("POST", "http://agent/run", headers={"a": "b"})).get("traceparent"):
+                    raise AssertionError("hops: nothing was injected")
+                cycles = [hops.RequestResponseCycle(header_rows[i % len(header_rows)]) for i in range(64)]
+                for name, auto_call, bare_call in (
+                    (
+                        "inject: the current context into a request's headers (`request(..., headers=...)`)",
+                        lambda i: drive(injecting("POST", "http://agent/run", headers={"content-type": "application/json"})),
+                        lambda i: drive(
+                            hops.BARE_REQUEST("POST", "http://agent/run", headers={"content-type": "application/json"})
+                        ),
+                    ),
+                    (
+                        "receive: the request's context extracted at the boundary (`RequestResponseCycle.run_asgi`)",
+                        lambda i: drive(extracting(cycles[i % 64], None)),
+                        lambda i: drive(hops.BARE_RUN_ASGI(cycles[i % 64], None)),
+                    ),
+                ):
+                    auto_us, bare_us = side_by_side(
+                        sizes.call_rounds,
+                        prepare,
+                        partial(per_call_us, auto_call),
+                        partial(per_call_us, bare_call),
+                    )
+                    added = [a - b for a, b in zip(auto_us, bare_us, strict=True)]
+                    rows.append(
+                        Row(
+                            "hops",
+                            name,
+                            f"{_fmt(statistics.median(added))} us added",
+                            f"a bare loopback HTTP request: {_fmt(bare_request_us, 0)} us",
+                            "ratio",
+                            [(bare_request_us + extra) / bare_request_us for extra in added],
+                            "(none)",
+                            None,
+                            [f"added per request, min / median / max: {spread_of(added)} us"],
+                        )
+                    )
+            finally:
+                context_detach(token)
+    provider.shutdown()
+    return rows
+
+
 CASES: dict[str, Callable[[Sizes], list[Row]]] = {
     "A": case_a,
     "B": case_b,
@@ -1202,4 +1320,5 @@ CASES: dict[str, Callable[[Sizes], list[Row]]] = {
     "bind": case_bind,
     "parts": case_parts,
     "links": case_links,
+    "hops": case_hops,
 }

@@ -25,6 +25,9 @@ can put a configuration above its twin; over blocks that averages out. The confi
 - ``contrib``: ``opentelemetry-instrument`` with this package disabled
   (``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=gym``): the FastAPI and aiohttp-client spans;
 - ``full``: ``opentelemetry-instrument`` with this package's default preset;
+- ``gym`` (named with ``--configurations``, e.g. ``--configurations none,gym``): this package alone, the
+  contrib aiohttp-client and FastAPI instrumentations disabled (never imported), so that the package's
+  own propagation carries the context; Ray's cluster started as lean's;
 - ``lean``: full with the settings a NeMo Gym user should run with: Ray's cluster started without the
   launcher (``ray start`` in a plain environment, given to Gym as ``+ray_head_node_address``), so that
   Ray's processes carry no OpenTelemetry; the package's spans are the same as full's. FastAPI's
@@ -93,7 +96,7 @@ from benchmarks.sections import (
 from gym_harness.bench import running
 from gym_harness.bench.render import together_heading, variant_heading
 from gym_harness.bench.render_profile import profile_lines
-from gym_harness.bench.workload import CONFIGURATIONS, FULL, VARIANTS
+from gym_harness.bench.workload import CONFIGURATIONS, DEFAULT_CONFIGURATIONS, FULL, VARIANTS
 from gym_harness.paths import BENCHMARKS, REPO
 from gym_harness.processes import log, run_main
 
@@ -150,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="one untimed collection each first")
     parser.add_argument(
-        "--configurations", default=",".join(CONFIGURATIONS), help="comma-separated subset of " + ",".join(CONFIGURATIONS)
+        "--configurations",
+        default=",".join(DEFAULT_CONFIGURATIONS),
+        help=f"comma-separated subset of {','.join(CONFIGURATIONS)} (default {','.join(DEFAULT_CONFIGURATIONS)})",
     )
     parser.add_argument("--profile", action="store_true", help="yappi in every Gym server for one round; adds the breakdown")
     parser.add_argument("--wait", type=float, default=0, help="seconds to wait for a quiet machine before refusing (default 0)")

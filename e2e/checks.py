@@ -380,6 +380,21 @@ def check_model_baggage(rollouts: list[Rollout], model_requests: list[dict[str, 
     report.check(not missing, f"no model request carried the baggage of rollouts {missing}")
 
 
+def check_one_traceparent(model_requests: list[dict[str, Any]], report: Report) -> None:
+    """Every model request carries exactly one `traceparent` header: never two (contrib's and the package's)."""
+    counts = [request.get("traceparents") for request in model_requests if request.get("kind") != "failed"]
+    wrong = sorted({count for count in counts if count != 1}, key=str)
+    report.check(not wrong, f"model requests carried {wrong} `traceparent` headers (expected exactly 1 each)")
+
+
+def check_no_client_spans(received: Received, report: Report) -> None:
+    """Without contrib: no CLIENT span (the package makes none for a hop), and no contrib HTTP span."""
+    clients = sorted({span.name for span in received.spans if span.kind == "CLIENT"})
+    report.check(not clients, f"CLIENT spans without any HTTP client instrumentation: {clients}")
+    internal = sorted({span.name for span in received.spans if span.name in ("http send", "http receive")})
+    report.check(not internal, f"contrib's ASGI spans without contrib: {internal}")
+
+
 _ROLLOUT_PREFIX = re.compile(r"^/ng-rollout/[^/]+")
 
 

@@ -98,9 +98,9 @@ def write_inputs(release: Release, path: Path) -> Path:
 def run_pass(
     release: Release, gym_pass: Pass, venv_python: Path, marker: str, scratch: Scratch, args: argparse.Namespace
 ) -> PassResult:
-    result = PassResult(f"nemo-gym {release.version} / {gym_pass.name}")
+    result = PassResult(f"nemo-gym {release.name} / {gym_pass.name}")
     report = result.report
-    work = WORK / release.version / gym_pass.name
+    work = WORK / release.name / gym_pass.name
     work.mkdir(parents=True)
     bin_dir = release.venv / "bin"
     receiver_port = free_port()
@@ -245,12 +245,16 @@ def run_pass(
         time.sleep(1)
 
         received = read_received(spans_path)
-        checks.check_http_propagation(rollouts, received, release.flat_run_hops, report)
-        checks.check_no_leaked_request_context(received, report)
+        if release.contrib:  # the HTTP spans are contrib's; without it only the package's spans are checked
+            checks.check_http_propagation(rollouts, received, release.flat_run_hops, report)
+            checks.check_no_leaked_request_context(received, report)
+        else:
+            checks.check_no_client_spans(received, report)
         if not args.without_package:
             dispatches = checks.check_gym_spans(rollouts, received, report)
             checks.check_rewarded_counter(received, report)
             checks.check_model_baggage(rollouts, read_jsonl(model_requests_path), report)
+            checks.check_one_traceparent(read_jsonl(model_requests_path), report)
             if verdict_rows is not None:
                 checks.check_health_spans(rollouts, verdict_rows, dispatches, received, gym_pass.verdicts, report)
                 checks.check_verdicts_counter(received, report)
@@ -272,8 +276,8 @@ def run_pass(
 
 def run_inprocess(release: Release, venv_python: Path, marker: str, scratch: Scratch) -> PassResult:
     """The release's in-process check, with its venv's Python and no OpenTelemetry environment."""
-    result = PassResult(f"nemo-gym {release.version} / in-process ({release.inprocess_check.name})")
-    log_path = WORK / release.version / "inprocess.log"
+    result = PassResult(f"nemo-gym {release.name} / in-process ({release.inprocess_check.name})")
+    log_path = WORK / release.name / "inprocess.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update({RUN_MARKER_VAR: marker, "TMPDIR": str(scratch.tmpdir), "PYTHONUNBUFFERED": "1"})
     with log_path.open("w") as out:
@@ -303,9 +307,9 @@ def run(args: argparse.Namespace) -> int:
     started_at = time.monotonic()
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    releases = [r for r in RELEASES if not args.release or r.version in args.release]
+    releases = [r for r in RELEASES if not args.release or r.name in args.release]
     if not releases:
-        raise E2EFailure(f"no release among {[r.version for r in RELEASES]} matches {args.release}")
+        raise E2EFailure(f"no release among {[r.name for r in RELEASES]} matches {args.release}")
     marker = uuid.uuid4().hex
     tmp_before = tmp_entries()
     scratch = Scratch.create(WORK)
@@ -315,11 +319,11 @@ def run(args: argparse.Namespace) -> int:
             venv_python = ensure_venv(release, with_package=not args.without_package)
             for gym_pass in () if args.only_sharded else release.passes:
                 log(
-                    f"nemo-gym {release.version}, pass {gym_pass.name} (model-call capture {'on' if gym_pass.capture else 'off'})"
+                    f"nemo-gym {release.name}, pass {gym_pass.name} (model-call capture {'on' if gym_pass.capture else 'off'})"
                 )
                 results.append(run_pass(release, gym_pass, venv_python, marker, scratch, args))
             if release.sharded and not args.without_package and not args.skip_sharded:
-                log(f"nemo-gym {release.version}, the sharded flow (model-call capture on)")
+                log(f"nemo-gym {release.name}, the sharded flow (model-call capture on)")
                 results.append(run_sharded(release, venv_python, marker, scratch, args.repeats))
             if release.inprocess_check is not None and not args.without_package and not args.only_sharded:
                 results.append(run_inprocess(release, venv_python, marker, scratch))
@@ -360,7 +364,7 @@ def write_excerpt(releases: list[Release]) -> None:
     sections = []
     for release in releases:
         gym_pass = release.passes[0]
-        excerpt = WORK / release.version / gym_pass.name / "SPANS_EXCERPT.json"
+        excerpt = WORK / release.name / gym_pass.name / "SPANS_EXCERPT.json"
         if excerpt.exists():
             sections.append(f"## NeMo Gym {release.version} ({gym_pass.name})\n\n```json\n{excerpt.read_text()}```\n")
     EXCERPT.write_text(
@@ -383,7 +387,7 @@ def main() -> int:
     parser.add_argument(
         "--release",
         action="append",
-        choices=[r.version for r in RELEASES],
+        choices=[r.name for r in RELEASES],
         help="run this release only (repeatable; default: all)",
     )
     parser.add_argument("--repeats", type=int, default=NUM_REPEATS, help=f"rollouts per task (default {NUM_REPEATS})")

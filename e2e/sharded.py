@@ -48,9 +48,9 @@ class PassResult:
 
 
 def run_sharded(release: Release, venv_python: Path, marker: str, scratch: Scratch, repeats: int) -> Any:
-    result = PassResult(f"nemo-gym {release.version} / sharded (aggregate, then health-check elsewhere)")
+    result = PassResult(f"nemo-gym {release.name} / sharded (aggregate, then health-check elsewhere)")
     report = result.report
-    work = WORK / release.version / "sharded"
+    work = WORK / release.name / "sharded"
     work.mkdir(parents=True)
     out = work / "out"
     out.mkdir()

@@ -286,6 +286,7 @@ def make_handler(script: Script) -> type[BaseHTTPRequestHandler]:
                     "kind": turn["kind"],
                     "output_tokens": turn["output_tokens"],
                     "traceparent": self.headers.get("traceparent"),
+                    "traceparents": len(self.headers.get_all("traceparent") or ()),
                     "baggage": self.headers.get("baggage"),
                 }
             )

@@ -8,6 +8,7 @@ files a release names (requirements, inputs, configs) stay in e2e/.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,16 @@ class Release:
     inprocess_check: Path | None = None
     # Also run the sharded flow (e2e/sharded.py): shard collectors, `gym eval aggregate`, `gym eval health-check`.
     sharded: bool = False
+    # What tells this entry apart from another of the same release (its venv differs), or "".
+    variant: str = ""
+    # Contrib's aiohttp-client and FastAPI instrumentations are installed: the HTTP spans are checked
+    # (without them the package's own propagation carries the context, and no HTTP span is ours).
+    contrib: bool = True
+
+    @property
+    def name(self) -> str:
+        """The release and its variant: how a run names it (``--release``, its work folder, its results)."""
+        return f"{self.version}-{self.variant}" if self.variant else self.version
 
 
 WHEEL_CONFIGS = (
@@ -107,3 +118,15 @@ RELEASES: tuple[Release, ...] = (
         sharded=True,
     ),
 )
+# 0.7.0 with no contrib HTTP instrumentation installed: the package alone carries the context
+# across NeMo Gym's hops (its inject and receive targets). One pass and the sharded flow.
+BARE_070 = dataclasses.replace(
+    RELEASES[1],
+    variant="bare",
+    venv=REPO / ".venv-e2e-070-bare",
+    requirements=E2E_DIR / "requirements-070-bare.txt",
+    passes=(Pass("capture-on", capture=True, verdicts=frozenset({"healthy", "unhealthy"})),),
+    inprocess_check=None,
+    contrib=False,
+)
+RELEASES = (*RELEASES, BARE_070)

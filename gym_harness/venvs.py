@@ -85,7 +85,7 @@ def ensure_venv(release: Release, with_package: bool) -> Path:
     log(f"building {release.venv.name} for nemo-gym {release.version} with {python}")
     shutil.rmtree(release.venv, ignore_errors=True)
     subprocess.run([python, "-m", "venv", str(release.venv)], check=True)
-    install_log = WORK / f"pip-install-{release.version}.log"
+    install_log = WORK / f"pip-install-{release.name}.log"
     command = [str(venv_python), "-m", "pip", "install", "--disable-pip-version-check", *release.pip_options]
     command += ["-r", str(release.requirements)]
     if with_package:

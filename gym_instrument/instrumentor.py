@@ -48,7 +48,8 @@ each armed only when its framework is imported; ``"none"`` arms none), ``extract
 process: beside the run's output, or in ``link_dir``; ``link_files=False`` persists and reads
 nothing), ``baggage`` (False keeps the rollout id in-process instead of in W3C baggage) and
 ``job_context`` (``"link"``, ``"parent"`` or ``"ignore"``: how a dispatch span with no other parent
-is tied to the ``TRACEPARENT`` the process was started with).
+is tied to the ``TRACEPARENT`` the process was started with) and ``propagation`` (False: the package
+carries no context across a framework's HTTP hops itself; its ``receive`` targets only isolate).
 """
 
 from __future__ import annotations
@@ -155,7 +156,15 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if running is not None and running.link_files is not None:
                 running.link_files.close()
             link_files = LinkFiles(config.link_dir, capacity=config.link_capacity) if config.link_files else None
-        setup = Setup(recorder, links, config.baggage, remembers=_verdicts_can_come(targets), job=job, link_files=link_files)
+        setup = Setup(
+            recorder,
+            links,
+            config.baggage,
+            remembers=_verdicts_can_come(targets),
+            job=job,
+            link_files=link_files,
+            propagation=config.propagation,
+        )
         ENGINE.configure(setup)
 
         if running is None:

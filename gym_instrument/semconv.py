@@ -14,6 +14,10 @@ ROLE_HEALTH: Final = "health"
 # use it where a server can start a request inside the previous request's context.
 ROLE_ISOLATE: Final = "isolate"
 ROLE_RUN: Final = "run"
+# A client call whose request carries the current context in its headers (no span).
+ROLE_INJECT: Final = "inject"
+# A server's request boundary: an empty context with the request's trace context and baggage in it (no span).
+ROLE_RECEIVE: Final = "receive"
 
 # Spans.
 SPAN_DISPATCH: Final = "gym.rollout.dispatch"

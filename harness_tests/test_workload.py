@@ -62,12 +62,13 @@ def test_every_order_in_turn_balances_positions_and_who_runs_right_after_whom() 
 
 
 def test_four_configurations_take_a_balanced_turn_of_four_rounds() -> None:
-    orders = workload.round_orders(workload.CONFIGURATIONS, workload.FULL.rounds)
-    assert len(workload.CONFIGURATIONS) == 4 and len(orders) == 16
+    names = workload.DEFAULT_CONFIGURATIONS
+    orders = workload.round_orders(names, workload.FULL.rounds)
+    assert len(names) == 4 and len(orders) == 16
     for block in workload.blocks_of(workload.FULL.rounds, workload.FULL.blocks):  # each block one whole turn
         turn = [orders[number - 1] for number in block]
-        assert len(turn) == 4 and all(sorted(order) == sorted(workload.CONFIGURATIONS) for order in turn)
-        positions = Counter((order.index(name), name) for order in turn for name in workload.CONFIGURATIONS)
+        assert len(turn) == 4 and all(sorted(order) == sorted(names) for order in turn)
+        positions = Counter((order.index(name), name) for order in turn for name in names)
         assert set(positions.values()) == {1} and len(positions) == 16  # every configuration in every position once
         adjacent = Counter(pair for order in turn for pair in itertools.pairwise(order))
         assert set(adjacent.values()) == {1} and len(adjacent) == 12  # each one right after each other one once
@@ -117,3 +118,14 @@ def test_lean_runs_full_s_environment_with_exactly_the_lean_settings() -> None:
     assert GymConfig.resolve({}, environ=lean) == GymConfig.resolve({}, environ=full)
     assert "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS" not in lean
     assert workload.configuration_env("lean", BASE, "no-baggage") == lean  # a variant is full's alone
+
+
+def test_gym_runs_full_s_environment_with_contrib_s_http_instrumentations_left_unloaded() -> None:
+    from gym_instrument.config.settings import GymConfig
+
+    full = workload.configuration_env("full", BASE)
+    gym = workload.configuration_env("gym", BASE)
+    assert gym == {**full, "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "aiohttp-client,fastapi"}
+    assert GymConfig.resolve({}, environ=gym) == GymConfig.resolve({}, environ=full)  # the package's settings: the same
+    assert "gym" in workload.RAY_WITHOUT_LAUNCHER and "gym" not in workload.DEFAULT_CONFIGURATIONS
+    assert ("gym", "none") in workload.RATIOS

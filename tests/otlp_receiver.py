@@ -67,6 +67,7 @@ class OtlpReceiver:
                             "attributes": {a.key: _value(a.value) for a in span.attributes},
                             "service": resource.get("service.name"),
                             "status": span.status.code,
+                            "kind": span.kind,
                         }
                     )
         with self._lock:

@@ -106,6 +106,7 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
         "link_capacity": "OTEL_PYTHON_GYM_LINK_CAPACITY",
         "baggage": "OTEL_PYTHON_GYM_BAGGAGE",
         "job_context": "OTEL_PYTHON_GYM_JOB_CONTEXT",
+        "propagation": "OTEL_PYTHON_GYM_PROPAGATION",
         "config": "OTEL_PYTHON_GYM_CONFIG",
         "extractors": None,  # code only
         "replace_default_extractors": None,

@@ -1,5 +1,7 @@
 """Traces across real processes on 127.0.0.1: collector -> agent -> resources server, over HTTP,
-all under ``opentelemetry-instrument`` with the aiohttp-client and FastAPI instrumentations."""
+all under ``opentelemetry-instrument``: with the aiohttp-client and FastAPI instrumentations
+(``contrib``), or with them disabled and the package's own propagation (``own``: an ``inject``
+target at the pipeline's one request function, the preset's ``receive`` boundary in uvicorn)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.trace import SpanKind
 
 from gym_instrument import semconv
 from tests.otlp_receiver import OtlpReceiver
@@ -31,7 +34,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def environment(receiver: OtlpReceiver, service: str, targets: str, baggage: str) -> dict[str, str]:
+# The pipeline's one request function, whose requests carry the context (a no-op while contrib's client instrumentation is on).
+INJECT = f"{MODULE}:request=inject"
+# FastAPI's own spans (0.165 and later): its server span ("POST /run") and its operation spans.
+FASTAPI_NATIVE = ("POST ", "fastapi.")
+
+
+def environment(receiver: OtlpReceiver, service: str, targets: str, baggage: str, http: str = "contrib") -> dict[str, str]:
     return {
         **{key: value for key, value in os.environ.items() if not key.startswith("OTEL_")},
         "PYTHONPATH": str(ROOT),
@@ -45,6 +54,8 @@ def environment(receiver: OtlpReceiver, service: str, targets: str, baggage: str
         "OTEL_PYTHON_GYM_PRESETS": "nemo_gym",  # NeMo Gym is absent; its uvicorn request boundary applies
         "OTEL_PYTHON_GYM_TARGETS": targets,
         "OTEL_PYTHON_GYM_BAGGAGE": baggage,
+        **({"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "aiohttp-client,fastapi"} if http != "contrib" else {}),
+        **({"OTEL_PYTHON_GYM_PROPAGATION": "false"} if http == "none" else {}),
     }
 
 
@@ -61,14 +72,14 @@ def wait_until_listening(port: int, process: subprocess.Popen[bytes], log: Path)
     raise AssertionError(f"server on port {port} not listening after 60s:\n{log.read_text()}")
 
 
-def run_pipeline(tmp_path: Path, baggage: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def run_pipeline(tmp_path: Path, baggage: str, http: str = "contrib") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     servers: list[subprocess.Popen[bytes]] = []
     with OtlpReceiver() as receiver:
         try:
             resources_port, agent_port = free_port(), free_port()
             for name, factory, port, targets, extra in (
                 ("resources", "resources_app", resources_port, f"{MODULE}:ResourcesServer.verify=verify", {}),
-                ("agent", "agent_app", agent_port, "", {"RESOURCES_URL": f"http://127.0.0.1:{resources_port}"}),
+                ("agent", "agent_app", agent_port, INJECT, {"RESOURCES_URL": f"http://127.0.0.1:{resources_port}"}),
             ):
                 log = tmp_path / f"{name}.log"
                 command = [
@@ -83,7 +94,7 @@ def run_pipeline(tmp_path: Path, baggage: str) -> tuple[list[dict[str, Any]], li
                     "--port",
                     str(port),
                 ]
-                env = {**environment(receiver, name, targets, baggage), **extra}
+                env = {**environment(receiver, name, targets, baggage, http), **extra}
                 with log.open("wb") as out:
                     servers.append(
                         subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
@@ -99,7 +110,7 @@ def run_pipeline(tmp_path: Path, baggage: str) -> tuple[list[dict[str, Any]], li
                     str(TASKS),
                     str(REPEATS),
                 ],
-                env=environment(receiver, "collector", f"{MODULE}:ServerClient.post=dispatch", baggage),
+                env=environment(receiver, "collector", f"{MODULE}:ServerClient.post=dispatch,{INJECT}", baggage, http),
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -139,10 +150,23 @@ def ancestors(span: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> Iterato
         parent = by_id.get(parent["parent_id"] or "")
 
 
-@pytest.mark.parametrize("baggage", ["true", "false"])
-def test_one_trace_per_rollout_across_three_processes(tmp_path: Path, baggage: str) -> None:
-    spans, results = run_pipeline(tmp_path, baggage)
+@pytest.mark.parametrize(("http", "baggage"), [("contrib", "true"), ("contrib", "false"), ("own", "true"), ("own", "false")])
+def test_one_trace_per_rollout_across_three_processes(tmp_path: Path, http: str, baggage: str) -> None:
+    spans, results = run_pipeline(tmp_path, baggage, http)
     assert sorted(result["reward"] for result in results) == [0.0] * TASKS + [1.0] * TASKS
+    # Never two traceparent headers: contrib's client injects, and the inject target then does nothing.
+    assert [result["traceparents"] for result in results] == [1] * TASKS * REPEATS
+    # One server span per /run and per /verify, never a second: contrib's, or (contrib off) the one
+    # FastAPI >= 0.165 makes itself whenever an SDK is set, which steps back when contrib's is there.
+    servers = [span for span in spans if span["kind"] == SpanKind.SERVER.value + 1]  # (OTLP's enum is the API's + 1)
+    assert len(servers) == 2 * TASKS * REPEATS
+    if http != "contrib":
+        # No span for a hop from the package, and no client span at all.
+        assert not [span for span in spans if span["kind"] == SpanKind.CLIENT.value + 1]
+        assert {span["name"] for span in spans if not span["name"].startswith(FASTAPI_NATIVE)} == {
+            semconv.SPAN_DISPATCH,
+            semconv.SPAN_VERIFY,
+        }
     by_id = {span["span_id"]: span for span in spans}
     dispatches = [span for span in spans if span["name"] == semconv.SPAN_DISPATCH]
     verifies = [span for span in spans if span["name"] == semconv.SPAN_VERIFY]
@@ -164,3 +188,14 @@ def test_one_trace_per_rollout_across_three_processes(tmp_path: Path, baggage: s
             assert semconv.ROLLOUT_ID not in verify["attributes"]
         expected_reward = 1.0 if dispatch["attributes"][semconv.ROLLOUT_REPEAT] == 0 else 0.0
         assert verify["attributes"][semconv.ROLLOUT_REWARD] == expected_reward
+
+
+def test_without_any_propagation_each_verify_is_a_trace_of_its_own(tmp_path: Path) -> None:
+    """Contrib disabled and the package's propagation off: nothing carries the context (the setting works)."""
+    spans, results = run_pipeline(tmp_path, "true", "none")
+    assert [result["traceparents"] for result in results] == [0] * TASKS * REPEATS
+    dispatches = [span for span in spans if span["name"] == semconv.SPAN_DISPATCH]
+    assert len(dispatches) == TASKS * REPEATS
+    by_id = {span["span_id"]: span for span in spans}
+    for verify in (span for span in spans if span["name"] == semconv.SPAN_VERIFY):
+        assert not [span for span in ancestors(verify, by_id) if span["service"] != "resources"]

@@ -276,3 +276,26 @@ def test_an_attribute_gym_already_set_on_its_span_is_kept_and_the_difference_log
     message = kept[0].getMessage()
     assert "gym.verify" in message and "kept" in message
     assert "mcqa-7" not in message  # values are row content: never logged
+
+
+@PATHS
+def test_a_row_less_run_of_nemo_gyms_own_target_is_a_relay_without_any_propagated_context(
+    make_module: Any, instrument: Any, telemetry: Any, extractors: Any
+) -> None:
+    """0.7.0's environment server relays /run as bytes: with no context propagated at all (no contrib,
+    the package's propagation off), the preset's target still makes no second dispatch of it."""
+    from gym_instrument import Target
+    from gym_instrument.frameworks import FRAMEWORKS
+
+    name = make_module(RELAY_SOURCE)
+    schema = FRAMEWORKS["nemo_gym"].schema
+    target = Target(
+        f"{name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=schema, framework="nemo_gym"
+    )
+    instrument(targets=[target], extractors={"dispatch": list(extractors)}, propagation=False)
+    module = importlib.import_module(name)
+    result = asyncio.run(module.LegacyAgentEnvironmentServer(module.ServerClient()).run_legacy(b"{}"))
+    assert result["data"] == b"{}"
+    assert telemetry.spans(semconv.SPAN_DISPATCH) == []
+    asyncio.run(module.ServerClient().post("env", "/run", json={"_ng_task_index": 0, "_ng_rollout_index": 0}))
+    assert [span.attributes[semconv.ROLLOUT_ID] for span in telemetry.spans(semconv.SPAN_DISPATCH)] == ["0-0"]

@@ -16,6 +16,7 @@ from gym_harness.bench.profile import Profile
 from gym_harness.bench.render_profile import profile_lines
 from gym_harness.bench.stats import (
     GOAL,
+    GYM_GOAL,
     Collection,
     SpeedFit,
     gc_total,
@@ -27,6 +28,7 @@ from gym_harness.bench.stats import (
 )
 from gym_harness.bench.workload import (
     CONFIGURATIONS,
+    GYM_SETTINGS,
     LEAN_SETTINGS,
     RATIOS,
     RELEASE,
@@ -38,32 +40,37 @@ from gym_harness.bench.workload import (
 )
 
 
-def goal_line(collections: list[Collection]) -> list[str]:
-    """Issue 14's goal, judged on the medians, with how precisely this run's rounds pin each median down;
-    and judged again on the rounds' ratios adjusted for the machine's speed (:func:`speed_fit`)."""
-    lines = []
+def goal_line(collections: list[Collection], top: str = "full", bottom: str = "contrib", goal: float = GOAL) -> list[str]:
+    """A goal (default issue 14's: full / contrib), judged on the medians, with how precisely this run's
+    rounds pin each median down; and judged again on the rounds' ratios adjusted for the machine's
+    speed (:func:`speed_fit`)."""
+    lines: list[str] = []
     for adjusted in (False, True):
         parts = []
         for what, label in (("wall", "wall time"), ("cpu", "CPU of all processes")):
             fit = speed_fit(collections, what) if adjusted else None
             if adjusted and fit is None:
                 return lines
-            values = ratios(collections, "full", "contrib", what, fit)
+            values = ratios(collections, top, bottom, what, fit)
             if not values:
                 return lines
             median = statistics.median(values)
             low, high = median_interval(values)
-            verdict = "met" if median <= GOAL else "**NOT met**"
+            verdict = "met" if median <= goal else "**NOT met**"
             parts.append(f"{label} {median:.3f} ({verdict}; 95% interval of the median {low:.3f} to {high:.3f})")
-        rounds = len(ratios(collections, "full", "contrib", "wall"))
+        rounds = len(ratios(collections, top, bottom, "wall"))
         if not adjusted:
             lines.append(
-                f"**Goal: full / contrib <= {GOAL:.2f}**, the median of {rounds} rounds' ratios: " + "; ".join(parts) + ". "
+                f"**Goal: {top} / {bottom} <= {goal:.2f}**, the median of {rounds} rounds' ratios: " + "; ".join(parts) + ". "
                 "The interval is a bootstrap over the rounds: where the median of as many rounds lands with this run's "
                 "round-to-round spread."
             )
         else:
-            lines += ["", "**The same rounds adjusted for the machine's speed** (below): " + "; ".join(parts) + "."]
+            which = "" if (top, bottom) == ("full", "contrib") else f" ({top} / {bottom})"
+            lines += [
+                "",
+                f"**The same rounds{which} adjusted for the machine's speed** (below): " + "; ".join(parts) + ".",
+            ]
     return lines
 
 
@@ -188,6 +195,9 @@ def report(
         + ("" if workload.variant is None else f", {VARIANTS[workload.variant].what}"),
         "lean": "full, with Ray's cluster started without the launcher (`ray start` in a plain environment)"
         + "".join(f", `{variable}={value}`" for variable, value in LEAN_SETTINGS),
+        "gym": "this package alone: `opentelemetry-instrument`, "
+        + ", ".join(f"`{variable}={value}`" for variable, value in GYM_SETTINGS)
+        + ", Ray's cluster as lean's",
     }
     for name in CONFIGURATIONS:
         mine = [c for c in collections if c.configuration == name]
@@ -234,9 +244,9 @@ def report(
             "CPU of all processes but the receiver (it stands for your tracing backend, which runs elsewhere), "
             "min / median / max: " + "; ".join(without) + ".",
         ]
-    goal = goal_line(collections)
-    if goal:
-        lines += ["", *goal]
+    for goal in (goal_line(collections), goal_line(collections, "gym", "none", GYM_GOAL)):
+        if goal:
+            lines += ["", *goal]
     by_block = block_lines(collections)
     if by_block:
         lines += ["", *by_block]

@@ -18,11 +18,18 @@ from gym_harness.releases import RELEASES
 RELEASE = next(release for release in RELEASES if release.version == "0.7.0")
 
 # none: plain `gym`; contrib: the launcher with this package disabled; full: the launcher with it;
-# lean: full with the settings a NeMo Gym user should run with (LEAN_SETTINGS, RAY_WITHOUT_LAUNCHER).
-CONFIGURATIONS = ("none", "contrib", "full", "lean")
+# lean: full with the settings a NeMo Gym user should run with (LEAN_SETTINGS, RAY_WITHOUT_LAUNCHER);
+# gym: the launcher with this package alone (contrib's aiohttp-client and FastAPI instrumentations
+# disabled, so neither is ever imported: the package's own propagation carries the context), Ray's
+# cluster started as lean's.
+CONFIGURATIONS = ("none", "contrib", "full", "lean", "gym")
+# What a run collects unless `--configurations` names others (gym is named: `--configurations none,gym`).
+DEFAULT_CONFIGURATIONS = ("none", "contrib", "full", "lean")
 # The ratios the report gives, numerator / denominator, each within a round; a configuration's row in
 # the table shows the first that has it as numerator, the others follow the table.
-RATIOS = (("contrib", "none"), ("full", "contrib"), ("lean", "contrib"), ("lean", "none"))
+RATIOS = (("contrib", "none"), ("full", "contrib"), ("lean", "contrib"), ("lean", "none"), ("gym", "none"))
+# gym's variables on top of full's environment: the contrib HTTP instrumentations are not loaded.
+GYM_SETTINGS = (("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "aiohttp-client,fastapi"),)
 # The configurations whose Ray cluster is started without the launcher that starts their other
 # processes, in a plain environment (no OTEL_* variable; none has neither anywhere), as a user would
 # run `ray start --head` in a shell of its own and give its address to `gym env start` and `gym eval
@@ -30,7 +37,7 @@ RATIOS = (("contrib", "none"), ("full", "contrib"), ("lean", "contrib"), ("lean"
 # spans of its dashboard's `/api/healthz` polls, no `ray_*` metrics through the launcher's meter
 # provider, no instrumentation loaded into its dashboard, agent and workers. The package's spans are
 # all made in the collector and the Gym servers, which `gym env start` starts itself, under the launcher.
-RAY_WITHOUT_LAUNCHER = frozenset({"lean"})
+RAY_WITHOUT_LAUNCHER = frozenset({"lean", "gym"})
 # lean's variables on top of full's environment. FastAPI's `http send` / `http receive` spans (30 of
 # contrib's 43 spans per rollout) cannot be left out by a variable: opentelemetry-instrumentation-
 # fastapi 0.66b1 takes `exclude_spans` only as an argument of `instrument_app`/`instrument()`, which
@@ -134,6 +141,8 @@ def configuration_env(name: str, base: dict[str, str], variant: str | None = Non
         env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "gym"
     elif name == "lean":
         env.update(LEAN_SETTINGS)
+    elif name == "gym":
+        env.update(GYM_SETTINGS)
     elif variant is not None:
         env.update(VARIANTS[variant].env)
     return env

@@ -37,6 +37,7 @@ ENV_JOB_CONTEXT = "OTEL_PYTHON_GYM_JOB_CONTEXT"
 ENV_CONFIG = "OTEL_PYTHON_GYM_CONFIG"
 ENV_LINK_DIR = "OTEL_PYTHON_GYM_LINK_DIR"
 ENV_LINK_FILES = "OTEL_PYTHON_GYM_LINK_FILES"
+ENV_PROPAGATION = "OTEL_PYTHON_GYM_PROPAGATION"
 # Not an instrument() setting: the file the gym_json_file exporters write to (tools.export), read
 # when the SDK builds them (with no arguments).
 ENV_JSON_FILE = "OTEL_PYTHON_GYM_JSON_FILE"
@@ -246,6 +247,9 @@ class GymConfig:
     link_dir: str | None = field(default=None, metadata=_declare(ENV_LINK_DIR, parse_directory))
     link_files: bool = field(default=True, metadata=_declare(ENV_LINK_FILES, parse_bool))
     job_context: str = field(default=JOB_LINK, metadata=_declare(ENV_JOB_CONTEXT, parse_job_mode))
+    # The package's own context propagation at a framework's hops (inject and receive targets) when
+    # no contrib HTTP instrumentation is active there; False: receive targets only isolate.
+    propagation: bool = field(default=True, metadata=_declare(ENV_PROPAGATION, parse_bool))
     # Code only: no environment variable.
     extractors: Mapping[str, tuple[Extractor, ...]] = field(
         default_factory=_no_extractors, metadata=_declare(None, parse_extractors, combine=_more_extractors)

@@ -14,10 +14,11 @@ from gym_instrument.record.recorder import Recorder
 class Setup:
     """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting,
     whether ended dispatches are remembered (only when a health function could ask for them), the
-    job context of the process's environment that root dispatch spans are tied to, and the persisted
-    links (ended dispatches written for a health pass in another process; None: off)."""
+    job context of the process's environment that root dispatch spans are tied to, the persisted
+    links (ended dispatches written for a health pass in another process; None: off), and whether
+    the package carries contexts across processes itself (``inject`` and ``receive`` targets)."""
 
-    __slots__ = ("job", "link_files", "links", "propagate_baggage", "recorder", "remembers")
+    __slots__ = ("job", "link_files", "links", "propagate_baggage", "propagation", "recorder", "remembers")
 
     def __init__(
         self,
@@ -27,6 +28,7 @@ class Setup:
         remembers: bool = True,
         job: JobContext | None = None,
         link_files: LinkFiles | None = None,
+        propagation: bool = True,
     ) -> None:
         self.recorder = recorder
         self.links = links
@@ -34,6 +36,7 @@ class Setup:
         self.remembers = remembers
         self.job = job
         self.link_files = link_files  # persisted links (None: off)
+        self.propagation = propagation
         links.on_evicted = partial(recorder.count, semconv.METRIC_LINK_EVICTIONS, None)
 
 

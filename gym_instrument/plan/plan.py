@@ -97,6 +97,7 @@ class Plan:
         "locator",
         "makes_call",
         "open_span",
+        "prepares",
         "reads_result",
         "remembers",
         "role",
@@ -159,6 +160,8 @@ class Plan:
         self.remembers = role.remembers_dispatch
         # A role without a span whose calls' results become child spans (it overrides emit).
         self.emits = not self.spans and type(role).emit is not Role.emit
+        # A role without a span that prepares its call (its arguments, its context) before it runs.
+        self.prepares = not self.spans and type(role).prepare is not Role.prepare
 
     def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
         """The user's extractors, and whether the role's own attribute rules apply (a second
@@ -230,7 +233,7 @@ class Plan:
                 row = self.find_row(instance, args, kwargs)
                 if row is MISSING:
                     row = None
-                if row is None and role.relays(current):
+                if row is None and role.relays(self, current):
                     return None
                 try:
                     attributes, identity = self.start_attributes(self, row, current)
@@ -257,6 +260,10 @@ class Plan:
                     span = active.span = tracer.start_span(self.span_name, current, self.span_kind, attributes)  # type: ignore[arg-type]  # (a role with a span has its name)
                 else:
                     span = active.span = self.open_span(self, tracer, setup.job, current, attributes)
+            elif self.prepares:  # no span: the role prepares the call and says what it runs in
+                spanless = role.prepare(self, instance, args, kwargs, current, setup.propagation)
+                if spanless is None:
+                    return None  # all it does is done before the call: it runs in its own context
             else:  # no span: the role says what its call runs in
                 row = self.find_row(instance, args, kwargs)
                 active.row = None if row is MISSING else row

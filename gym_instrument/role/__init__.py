@@ -10,11 +10,16 @@ decorator ``gym_instrument.<name>`` comes from the table when it is asked for.
 from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Emission, Role, RoleCall, rollout_id_in
 from gym_instrument.role.dispatch import DispatchRole
 from gym_instrument.role.health import HealthRole
+from gym_instrument.role.inject import InjectRole
 from gym_instrument.role.isolate import IsolateRole
+from gym_instrument.role.receive import ReceiveRole
 from gym_instrument.role.run import RunRole
 from gym_instrument.role.verify import VerifyRole
 
-ROLES: dict[str, Role] = {role.name: role for role in (DispatchRole(), VerifyRole(), HealthRole(), IsolateRole(), RunRole())}
+ROLES: dict[str, Role] = {
+    role.name: role
+    for role in (DispatchRole(), VerifyRole(), HealthRole(), IsolateRole(), RunRole(), InjectRole(), ReceiveRole())
+}
 
 __all__ = [
     "ROLES",
@@ -22,7 +27,9 @@ __all__ = [
     "DispatchRole",
     "Emission",
     "HealthRole",
+    "InjectRole",
     "IsolateRole",
+    "ReceiveRole",
     "Role",
     "RoleCall",
     "RunRole",

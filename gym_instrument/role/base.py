@@ -56,6 +56,10 @@ class RoleCall(Protocol):
     def where(self) -> str:
         """The target, as failure logs name it."""
 
+    @property
+    def framework(self) -> str | None:
+        """The framework the target belongs to (a preset's name, or what a declared target says)."""
+
 
 class Emission(Protocol):
     """What a role that turns results into child spans may use of the call in flight."""
@@ -103,16 +107,31 @@ class Role:
     ties_to_job = False  # a root span is tied to the job context the process was started with (TRACEPARENT)
     # What else a role does is a hook it overrides (the engine asks which, once per wrapped function):
     # emit (child spans from a result), spanless_context (the context a role without a span runs its
-    # call in), on_success (attributes from a result).
+    # call in), prepare (a role without a span that changes its call's arguments or context before
+    # it runs), on_success (attributes from a result).
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and
         the rollout's identity, which names the span and its baggage whatever the rules."""
         return {}, None
 
-    def relays(self, current: Context) -> bool:
+    def relays(self, call: RoleCall, current: Context) -> bool:
         """Whether a call with no row of its own, in ``current``, is not this role's (it runs untouched)."""
         return False
+
+    def prepare(
+        self,
+        call: RoleCall,
+        instance: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        current: Context,
+        propagate_context: bool,
+    ) -> Context | None:
+        """Roles without a span that override this, before the call: may change ``kwargs`` (the dict the call is made
+        with) and return the context the call runs in (None: it runs untouched, in its own).
+        ``propagate_context``: whether the package carries contexts across processes (a setting)."""
+        return None
 
     def reads_result(self, schema: RolloutSchema) -> bool:
         """Whether :meth:`on_success` has anything to read for targets of ``schema`` (asked once, at wrap time)."""

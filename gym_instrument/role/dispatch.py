@@ -27,12 +27,15 @@ class DispatchRole(Role):
         identity = call.schema.identity(row)
         return (identity_attributes(identity) if call.defaults else {}), identity
 
-    def relays(self, current: Context) -> bool:
+    def relays(self, call: RoleCall, current: Context) -> bool:
         # A relay of a rollout already in flight (NeMo Gym 0.7.0's environment server forwards the
-        # agent's /run as bytes): no row of its own, and the context already names a rollout. It is
-        # not a new dispatch; the HTTP spans around it keep the trace unbroken.
+        # agent's /run as bytes): no row of its own, and either the schema says such a call of its
+        # own framework's targets always relays (a decorated function called without a row is still
+        # a dispatch) or the context already names a rollout. It is not a new dispatch; the
+        # propagated context (ours or contrib's) keeps the trace unbroken.
         return (
-            baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID, current) is not None
+            (call.schema.rowless_dispatch_relays and call.framework == call.schema.name)
+            or baggage.get_baggage(semconv.BAGGAGE_ROLLOUT_ID, current) is not None
             or context.get_value(ROLLOUT_ID_CONTEXT_KEY, current) is not None
         )
 

@@ -28,6 +28,12 @@ class RolloutSchema:
     # Span names the framework's own telemetry gives the same calls: such a span, when the call runs
     # in it, gets the role's attributes instead of a second span of the same name under it.
     framework_spans: frozenset[str] = frozenset()
+    # A dispatch call without a row is a relay of a rollout already in flight, never a new dispatch
+    # (else only when the context names a rollout).
+    rowless_dispatch_relays = False
+    # The HTTP client library its ``inject`` targets send through (a key of role.inject's table), so
+    # that contrib's instrumentation of that client is detected; None: any client contrib instruments.
+    http_client: str | None = None
 
     def identity(self, row: Any) -> RolloutIdentity:
         """A dispatch row's identity: task id, indices, attempt, rollout id (from the row or its index form)."""

@@ -81,6 +81,7 @@ class _ReplayCall:
         self.defaults = True
         self.adopts = False
         self.where = "gym-instrument replay"
+        self.framework: str | None = None
 
 
 _DISPATCH, _VERIFY = ROLES[semconv.ROLE_DISPATCH], ROLES[semconv.ROLE_VERIFY]

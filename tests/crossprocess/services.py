@@ -4,16 +4,30 @@
 - agent (FastAPI): runs the episode and POSTs /verify to the resources server with a body that
   carries no rollout id, as NeMo Gym's request models drop the row's ``_ng_*`` keys;
 - resources server (FastAPI): ``verify`` scores the answer.
+
+Every request goes through one function, :func:`request` (as NeMo Gym's through
+``nemo_gym.server_utils.request``); the resources server answers with the number of
+``traceparent`` headers its ``/verify`` request carried, which the agent passes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 import aiohttp
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from pydantic import BaseModel
+
+
+async def request(session: aiohttp.ClientSession, method: str, url: str, **kwargs: object) -> dict:
+    async with session.request(method, url, **kwargs) as response:  # type: ignore[arg-type]
+        response.raise_for_status()
+        return {
+            **await response.json(),
+            **({"traceparents": int(response.headers["x-traceparents"])} if "x-traceparents" in response.headers else {}),
+        }
 
 
 class ServerClient:
@@ -22,9 +36,7 @@ class ServerClient:
         self.addresses = addresses
 
     async def post(self, server_name: str, url_path: str, **kwargs: object) -> dict:
-        async with self.session.post(self.addresses[server_name] + url_path, **kwargs) as response:
-            response.raise_for_status()
-            return await response.json()
+        return await request(self.session, "POST", self.addresses[server_name] + url_path, **kwargs)
 
 
 class VerifyRequest(BaseModel):
@@ -40,6 +52,13 @@ class ResourcesServer:
 def resources_app() -> FastAPI:
     app = FastAPI()
     app.post("/verify")(ResourcesServer().verify)
+
+    @app.middleware("http")
+    async def count_traceparents(http_request: Request, call_next: Any) -> Any:
+        response = await call_next(http_request)
+        response.headers["x-traceparents"] = str(len(http_request.headers.getlist("traceparent")))
+        return response
+
     return app
 
 
@@ -51,8 +70,7 @@ def agent_app() -> FastAPI:
     async def run(row: dict) -> dict:
         answer = "B" if row["_ng_rollout_index"] == 0 else "C"
         async with aiohttp.ClientSession() as session:
-            async with session.post(resources + "/verify", json={"answer": answer, "expected": row["expected"]}) as response:
-                verdict = await response.json()
+            verdict = await request(session, "POST", resources + "/verify", json={"answer": answer, "expected": row["expected"]})
         return {**verdict, "_ng_task_index": row["_ng_task_index"], "_ng_rollout_index": row["_ng_rollout_index"]}
 
     return app

@@ -80,6 +80,11 @@ class NemoGymSchema(RolloutSchema):
     name = "nemo_gym"
     # NeMo Gym 0.7.0's own telemetry (extra "telemetry") makes a gym.verify span around /verify.
     framework_spans = frozenset({semconv.SPAN_VERIFY})
+    # The collector always posts a /run with its row as ``json``; 0.7.0's environment servers relay
+    # a rollout to its agent as ``data=<bytes>``: a /run without a row is a relay.
+    rowless_dispatch_relays = True
+    # Every hop goes through nemo_gym.server_utils.request, on Gym's shared aiohttp client session.
+    http_client = "aiohttp"
 
     def identity(self, row: Any) -> RolloutIdentity:
         """A flat row (``task_id``, ``_ng_task_index``, ``_ng_rollout_index``, ``_ng_attempt_index``,

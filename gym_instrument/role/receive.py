@@ -1,0 +1,100 @@
+"""``receive``: a server's request boundary that runs in the context the request carries.
+
+Like ``isolate``, the call starts from an empty OpenTelemetry context (a keep-alive connection's
+next request is never traced inside the previous one); unlike it, the trace context and baggage
+the request's headers carry are extracted into that context through the configured global
+propagators, so what the request causes (a verify) joins the trace of the rollout that sent it.
+No span is made for the hop. Nothing is extracted when propagation is off or when contrib's
+ASGI or FastAPI instrumentation is active for the application (its server span extracts).
+
+The target is either a request cycle's method whose instance keeps the ASGI scope in ``scope`` and
+whose first argument is the application (uvicorn's ``RequestResponseCycle.run_asgi(self, app)``),
+or an ASGI application itself, called ``(scope, receive, send)``. The scope's ``headers`` are a
+list of ``(name, value)`` byte pairs; the application may sit behind middleware that keeps the
+next one in ``app``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry import propagate
+from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import Getter
+
+from gym_instrument import semconv
+from gym_instrument.record.failures import FAILURES
+from gym_instrument.role.base import Role, RoleCall
+
+_EMPTY = Context()
+_MIDDLEWARE_DEPTH = 8  # how far the chain of ``.app`` attributes is followed
+
+
+class _ScopeHeaders(Getter[list[tuple[bytes, bytes]]]):
+    """Reads an ASGI scope's ``headers`` (lower-case byte names) for a propagator."""
+
+    def get(self, carrier: list[tuple[bytes, bytes]], key: str) -> list[str] | None:
+        name = key.lower().encode("latin-1")
+        values = [value.decode("latin-1") for header, value in carrier if header == name]
+        return values or None
+
+    def keys(self, carrier: list[tuple[bytes, bytes]]) -> list[str]:
+        return [header.decode("latin-1") for header, _ in carrier]
+
+
+_GETTER = _ScopeHeaders()
+
+
+def contrib_server_active(app: Any) -> bool:
+    """Whether contrib instruments ``app``: a FastAPI application it instrumented (its marker
+    ``_is_instrumented_by_opentelemetry``, set by ``FastAPIInstrumentor`` and by Gym's own
+    telemetry, which uses it) or an ``OpenTelemetryMiddleware`` in the chain of ``.app``."""
+    for _ in range(_MIDDLEWARE_DEPTH):
+        if app is None:
+            return False
+        if getattr(app, "_is_instrumented_by_opentelemetry", False) is True:
+            return True
+        if type(app).__name__ == "OpenTelemetryMiddleware":
+            return True
+        app = getattr(app, "app", None)
+    return False
+
+
+def extracted(headers: Iterable[tuple[bytes, bytes]]) -> Context:
+    """The context the request's headers carry, from an empty one."""
+    carrier = headers if isinstance(headers, list) else list(headers)
+    return propagate.extract(carrier, context=_EMPTY, getter=_GETTER)
+
+
+class ReceiveRole(Role):
+    """A request boundary: an empty context, with the request's trace context and baggage in it."""
+
+    name = semconv.ROLE_RECEIVE
+    decorated = False
+
+    def prepare(
+        self,
+        call: RoleCall,
+        instance: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        current: Context,
+        propagate_context: bool,
+    ) -> Context | None:
+        if not propagate_context:
+            return _EMPTY
+        try:
+            first = args[0] if args else kwargs.get("app", kwargs.get("scope"))
+            scope: Any
+            if type(first) is dict:  # an ASGI application called (scope, receive, send)
+                scope, app = first, instance
+            else:  # a request cycle's method called with the application
+                scope, app = getattr(instance, "scope", None), first
+            if contrib_server_active(app):
+                return _EMPTY
+            headers = scope.get("headers") if type(scope) is dict else None
+            return extracted(headers) if headers else _EMPTY
+        except Exception:
+            FAILURES.failed("reading the request's context at", call.where)
+            return _EMPTY  # a request that cannot be read still runs isolated
