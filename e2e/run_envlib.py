@@ -117,9 +117,18 @@ def check_report(spans_path: Path, seen: dict[str, Any], report: Report) -> None
     otlp_file.write_text(json.dumps(document) + "\n")
     command = [str(VENV / "bin" / "gym-instrument"), "report", str(otlp_file), "--format", "json", "--no-html"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    if not report.check(result.returncode == 0, f"gym-instrument report failed: {result.stderr[-2000:]}"):
+    # The episode that raised is an infrastructure failure, 1 of 10 rollouts: over the default 5 %,
+    # so the report says so and exits 4 (its figures are written all the same).
+    failed = sum(1 for episode in seen["results"] if "error" in episode)
+    expected_code = 4 if failed * 20 > len(seen["results"]) else 0
+    if not report.check(
+        result.returncode == expected_code,
+        f"gym-instrument report exited {result.returncode}, expected {expected_code}: {result.stderr[-2000:]}",
+    ):
         return
     figures = json.loads(result.stdout)
+    infra = figures["infra_failures"]
+    report.check(infra["failures"] == failed, f"report's infrastructure failures {infra['failures']}, episodes raised {failed}")
     rewards: dict[str, list[float]] = defaultdict(list)
     for episode in seen["results"]:
         if "error" not in episode:
