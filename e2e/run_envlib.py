@@ -36,7 +36,7 @@ from e2e.checks import Report
 from gym_harness.framework_venv import FrameworkVenv
 from gym_harness.otlp_json import Span, read_received
 from gym_harness.paths import E2E_DIR, REPO
-from gym_harness.processes import E2EFailure, Processes, exited, free_port, log, port_open, run_main, tail, wait_for
+from gym_harness.processes import E2EFailure, Processes, await_arrival, free_port, run_main, tail
 
 WORK = REPO / ".e2e-work" / "envlib"
 VENV = REPO / ".venv-e2e-envlib"
@@ -159,16 +159,7 @@ def run() -> int:
     spans_path, loop_log, seen_path = WORK / "received.ndjson", WORK / "loop.log", WORK / "seen.json"
     figures: dict[str, int] = {}
     try:
-        plain_env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
-        receiver = processes.start(
-            "oteltap", [str(VENV / "bin" / "oteltap"), "--port", str(receiver_port)], spans_path, WORK, plain_env
-        )
-        wait_for(
-            f"the OTLP receiver on 127.0.0.1:{receiver_port}",
-            lambda: port_open(receiver_port),
-            30,
-            exited(receiver, "oteltap", spans_path),
-        )
+        FRAMEWORK_VENV.start_receiver(processes, receiver_port, spans_path, WORK, env)
         loop = processes.start(
             "the loop",
             [str(VENV / "bin" / "opentelemetry-instrument"), "--", str(venv_python), str(LOOP_DIR / "main.py"), str(seen_path)],
@@ -188,11 +179,7 @@ def run() -> int:
             names = [span.name for span in read_received(spans_path).spans]
             return names.count(DISPATCH) >= EPISODES and names.count(HEALTH) >= EPISODES
 
-        try:
-            wait_for("every episode's spans at the receiver", arrived, TIMEOUT_SPANS, interval=0.5)
-        except E2EFailure as error:
-            report.notes.append(str(error))  # the checks say precisely what is missing
-        time.sleep(1)  # anything late (a duplicate) would arrive now
+        await_arrival("every episode's spans at the receiver", arrived, TIMEOUT_SPANS, report.notes)
         figures = check_episodes(seen, read_received(spans_path).spans, report)
         check_report(spans_path, seen, report)
     except E2EFailure as error:

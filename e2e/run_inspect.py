@@ -36,13 +36,11 @@ from gym_harness.paths import E2E_DIR, REPO
 from gym_harness.processes import (
     E2EFailure,
     Processes,
-    exited,
+    await_arrival,
     free_port,
     log,
-    port_open,
     run_main,
     tail,
-    wait_for,
 )
 
 WORK = REPO / ".e2e-work" / "inspect"
@@ -164,16 +162,7 @@ def run() -> int:
     spans_path, eval_log, log_dir = WORK / "received.ndjson", WORK / "eval.log", WORK / "logs"
     figures: dict[str, int] = {}
     try:
-        plain_env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
-        receiver = processes.start(
-            "oteltap", [str(VENV / "bin" / "oteltap"), "--port", str(receiver_port)], spans_path, WORK, plain_env
-        )
-        wait_for(
-            f"the OTLP receiver on 127.0.0.1:{receiver_port}",
-            lambda: port_open(receiver_port),
-            30,
-            exited(receiver, "oteltap", spans_path),
-        )
+        FRAMEWORK_VENV.start_receiver(processes, receiver_port, spans_path, WORK, env)
         eval_started = time.monotonic()
         evaluation = processes.start(
             "inspect eval",
@@ -199,11 +188,7 @@ def run() -> int:
             names = [span.name for span in received.spans]
             return names.count(VERIFY_SPAN) >= len(samples) and rewarded_counter_total(received, Report()) is not None
 
-        try:
-            wait_for("every sample-epoch's spans at the receiver", arrived, TIMEOUT_SPANS, interval=0.5)
-        except E2EFailure as error:
-            report.notes.append(str(error))  # the checks say precisely what is missing
-        time.sleep(1)  # anything late (a duplicate) would arrive now
+        await_arrival("every sample-epoch's spans at the receiver", arrived, TIMEOUT_SPANS, report.notes)
         figures = check_samples(samples, read_received(spans_path), report)
         check_report(spans_path, samples, report)
     except E2EFailure as error:

@@ -49,10 +49,10 @@ from gym_harness.paths import E2E_DIR, MODEL_SERVER, REPO
 from gym_harness.processes import (
     E2EFailure,
     Processes,
+    await_arrival,
     exited,
     free_port,
     log,
-    port_open,
     run_main,
     tail,
     wait_for,
@@ -220,16 +220,8 @@ def run(args: argparse.Namespace) -> int:
     spans_path, eval_log, output_dir = WORK / "received.ndjson", WORK / "vf_eval.log", WORK / "out"
     figures: dict[str, int] = {}
     try:
+        FRAMEWORK_VENV.start_receiver(processes, receiver_port, spans_path, WORK, env)
         plain_env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
-        receiver = processes.start(
-            "oteltap", [str(VENV / "bin" / "oteltap"), "--port", str(receiver_port)], spans_path, WORK, plain_env
-        )
-        wait_for(
-            f"the OTLP receiver on 127.0.0.1:{receiver_port}",
-            lambda: port_open(receiver_port),
-            30,
-            exited(receiver, "oteltap", spans_path),
-        )
         port_file, model_log = WORK / "model_server.port", WORK / "model_server.log"
         model = processes.start(
             "model server",
@@ -284,11 +276,7 @@ def run(args: argparse.Namespace) -> int:
             counter = rewarded_counter_total(received, Report())
             return names.count(DISPATCH_SPAN) >= len(episodes) and counter is not None
 
-        try:
-            wait_for("every episode's spans at the receiver", arrived, TIMEOUT_SPANS, interval=0.5)
-        except E2EFailure as error:
-            report.notes.append(str(error))  # the checks say precisely what is missing
-        time.sleep(1)  # anything late (a duplicate) would arrive now
+        await_arrival("every episode's spans at the receiver", arrived, TIMEOUT_SPANS, report.notes)
         figures = check_episodes(episodes, read_received(spans_path), report, args.repeats)
         check_report(spans_path, episodes, report)
     except E2EFailure as error:

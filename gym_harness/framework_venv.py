@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gym_harness.environment import otlp_variables
 from gym_harness.paths import REPO
-from gym_harness.processes import RUN_MARKER_VAR, E2EFailure, log, tail
+from gym_harness.processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, log, port_open, tail, wait_for
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,15 @@ class FrameworkVenv:
         stamp_file.write_text(stamp + "\n")
         log(f"installed in {time.monotonic() - started:.0f}s")
         return venv_python
+
+    def start_receiver(self, processes: Processes, port: int, spans_path: Path, work: Path, env: Mapping[str, str]) -> None:
+        """The venv's ``oteltap`` OTLP receiver on 127.0.0.1:``port``, writing to ``spans_path``, with the
+        run's environment less its OpenTelemetry settings (it exports nothing of its own); ready on return."""
+        plain_env = {key: value for key, value in env.items() if not key.startswith("OTEL_")}
+        receiver = processes.start(
+            "oteltap", [str(self.venv / "bin" / "oteltap"), "--port", str(port)], spans_path, work, plain_env
+        )
+        wait_for(f"the OTLP receiver on 127.0.0.1:{port}", lambda: port_open(port), 30, exited(receiver, "oteltap", spans_path))
 
     def run_env(
         self, marker: str, receiver_port: int, service: str, tmpdir: Path, extra: Mapping[str, str] | None = None

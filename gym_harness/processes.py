@@ -219,6 +219,17 @@ def wait_for(
         time.sleep(interval)
 
 
+def await_arrival(description: str, arrived: Callable[[], bool], timeout: float, notes: list[str]) -> None:
+    """Wait until everything expected has ``arrived()``; when it does not, note why and go on (the checks
+    that follow say precisely what is missing). Then one second more: anything late (a duplicate)
+    would arrive now."""
+    try:
+        wait_for(description, arrived, timeout, interval=0.5)
+    except E2EFailure as error:
+        notes.append(str(error))
+    time.sleep(1)
+
+
 def exited(process: subprocess.Popen, name: str, log_path: Path) -> Callable[[], str | None]:
     def check() -> str | None:
         if process.poll() is None:
