@@ -117,6 +117,13 @@ _IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-
 # One target from a mapping
 
 
+def _no_unknown_keys(table: Mapping[Any, Any], known: Sequence[str]) -> None:
+    """``ValueError`` naming the first key of ``table`` that is not ``known``, and what is."""
+    unknown = [key for key in table if key not in known]
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(known)}")
+
+
 def import_object(path: Any) -> Any:
     """The object ``"package.module:Qualified.name"`` names (its module is imported now)."""
     if not isinstance(path, str) or not _IMPORT_PATH.match(path.strip()):
@@ -172,9 +179,7 @@ def _template(value: Any, allow_result: bool, in_record: bool) -> Template:
 def _value_rule(value: Any, allow_result: bool, in_record: bool = False) -> ValueRule:
     if not isinstance(value, Mapping):
         return ValueRule(_paths(value, allow_result, in_record))
-    unknown = [key for key in value if key not in RULE_KEYS]
-    if unknown:
-        raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(RULE_KEYS)}")
+    _no_unknown_keys(value, RULE_KEYS)
     if "template" in value:
         if len(value) > 1:
             raise ValueError("template: a value composed of others takes no path, map, default or offset")
@@ -224,9 +229,7 @@ def _rules(value: Any, allow_result: bool, where: str, skip: Skip | None) -> Att
 def _verdicts(value: Any, where: str) -> VerdictRules:
     if not isinstance(value, Mapping):
         raise ValueError("expected a table: items, rollout_id (or task_index and repeat), verdict, checks")
-    unknown = [key for key in value if key not in VERDICT_KEYS]
-    if unknown:
-        raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(VERDICT_KEYS)}")
+    _no_unknown_keys(value, VERDICT_KEYS)
     if "verdict" not in value:
         raise ValueError("needs verdict (a path in the record, e.g. item.verdict; a table with map to rename values)")
     if "rollout_id" not in value and not ("task_index" in value and "repeat" in value):
@@ -277,9 +280,7 @@ def _reward_rule(value: Any) -> Constant:
 def _failure(value: Any) -> FailureRule:
     if not isinstance(value, Mapping):
         raise ValueError("expected a table with when, equals and error_type")
-    unknown = [key for key in value if key not in FAILURE_KEYS]
-    if unknown:
-        raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(FAILURE_KEYS)}")
+    _no_unknown_keys(value, FAILURE_KEYS)
     if "when" not in value:
         raise ValueError("needs when (a path; with equals, the value that means failed)")
     equals = value.get("equals", PRESENT)
@@ -452,9 +453,7 @@ def read_document(source: Any) -> Mapping[str, Any]:
 def target_entries(source: Any) -> list[Any]:
     """The target entries of a configuration document (each checked by :func:`target_from_mapping`)."""
     document = read_document(source)
-    unknown = [key for key in document if key not in DOCUMENT_KEYS]
-    if unknown:
-        raise ValueError(f"unknown key {unknown[0]!r}; expected {', '.join(DOCUMENT_KEYS)}")
+    _no_unknown_keys(document, DOCUMENT_KEYS)
     entries = document.get("targets", [])
     if not isinstance(entries, Sequence) or isinstance(entries, str):
         raise ValueError("targets: expected a list of tables")
