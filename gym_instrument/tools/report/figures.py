@@ -301,8 +301,9 @@ class TokenFigures:
         error = attributes.get(semconv.ERROR_TYPE)
         if error is not None or span.status_code == STATUS_ERROR:
             self.model_call_errors[str(error) if error is not None else "(error without error.type)"] += 1
-        tokens_in = _count(attributes.get(GEN_AI_INPUT_TOKENS)) or 0
-        tokens_out = _count(attributes.get(GEN_AI_OUTPUT_TOKENS)) or 0
+        reported_in = _count(attributes.get(GEN_AI_INPUT_TOKENS))  # (None: not reported)
+        reported_out = _count(attributes.get(GEN_AI_OUTPUT_TOKENS))
+        tokens_in, tokens_out = reported_in or 0, reported_out or 0
         if span.end_ns >= span.start_ns > 0:
             duration = span.end_ns - span.start_ns
             self._sequence += 1
@@ -312,8 +313,8 @@ class TokenFigures:
                     "model": attributes.get(GEN_AI_RESPONSE_MODEL) or attributes.get(GEN_AI_REQUEST_MODEL),
                     "rollout_id": attributes.get(semconv.ROLLOUT_ID),
                     "duration_ms": duration / 1e6,
-                    "input_tokens": _count(attributes.get(GEN_AI_INPUT_TOKENS)),
-                    "output_tokens": _count(attributes.get(GEN_AI_OUTPUT_TOKENS)),
+                    "input_tokens": reported_in,
+                    "output_tokens": reported_out,
                     "finish_reasons": attributes.get(GEN_AI_FINISH_REASONS),
                     "error_type": error,
                     "trace_id": span.trace_id,
