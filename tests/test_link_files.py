@@ -14,6 +14,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -497,6 +498,33 @@ def test_a_thousand_merged_shards_are_found_in_another_process(tmp_path: Path) -
     for span in health:
         task, repeat = map(int, span["attributes"][semconv.ROLLOUT_ID].split("-"))
         assert span["parent"] == span["trace_id"] == task * 2 + repeat + 1
+
+
+def _writer_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "gym-instrument-links"]
+
+
+def test_a_closed_writer_leaves_no_thread_behind_and_writes_again_when_used(tmp_path: Path) -> None:
+    # instrument() called again closes the old writer: a process reconfigured many times (or a
+    # thousand shard writers in one process) must not keep a waking thread per writer it closed.
+    before = len(_writer_threads())
+    output = tmp_path / "rollouts.jsonl"
+    writers = [LinkFiles(None) for _ in range(50)]
+    for number, writer in enumerate(writers):
+        writer.persist(span_context(number + 1, number + 1, True), RolloutIdentity(None, number, 0, None, None), str(output))
+    assert len(_writer_threads()) == before + 50
+    for writer in writers:
+        writer.close()
+    assert len(_writer_threads()) == before
+    lines = [line for path in (tmp_path / FOLDER).glob(f"*{SUFFIX}") for line in path.read_text().splitlines()[1:]]
+    assert len(lines) == 50
+    # Used again after close: a thread of its own again, and the line reaches the file.
+    writers[0].persist(span_context(99, 99, True), RolloutIdentity(None, 99, 0, None, None), str(output))
+    assert len(_writer_threads()) == before + 1
+    writers[0].close()
+    assert len(_writer_threads()) == before
+    lines = [line for path in (tmp_path / FOLDER).glob(f"*{SUFFIX}") for line in path.read_text().splitlines()[1:]]
+    assert len(lines) == 51
 
 
 def test_a_long_output_name_gets_a_bounded_links_file_name(tmp_path: Path) -> None:

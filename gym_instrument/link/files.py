@@ -71,6 +71,7 @@ RUN_OUTPUT_KEY = context.create_key("gym_instrument.run_output")
 
 _WAKE_AT = 2 * 512  # pending list items (two per dispatch) that wake the writer
 _FLUSH_SECONDS = 1.0
+_JOIN_SECONDS = 5.0  # how long close() waits for the writer thread to end
 _CHUNK = 1 << 16  # verdicts whose links are made at once
 _PROGRESS_BYTES = 64 << 20  # reads longer than this report their progress
 FOLDER_MODE, FILE_MODE = 0o700, 0o600  # whatever the umask: only the run's user reads or writes links
@@ -301,6 +302,13 @@ class LinkFiles:
                 )
 
     def close(self) -> None:
+        """Write what is queued, stop the writer thread and close the files (a later persist opens
+        them again, with a thread of its own)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            self._wake.set()  # it wakes, flushes, sees it is no longer the writer and ends
+            thread.join(_JOIN_SECONDS)  # (bounded: a file system that hangs never hangs the host)
         self.flush()
         with self._lock:
             for writer in self._writers.values():
@@ -313,7 +321,8 @@ class LinkFiles:
             self._writers.clear()
 
     def _run(self) -> None:
-        while True:
+        me = threading.current_thread()
+        while self._thread is me:
             self._wake.wait(_FLUSH_SECONDS)
             self._wake.clear()
             self.flush()
