@@ -27,7 +27,8 @@ can put a configuration above its twin; over blocks that averages out. The confi
 - ``full``: ``opentelemetry-instrument`` with this package's default preset;
 - ``gym`` (named with ``--configurations``, e.g. ``--configurations none,gym``): this package alone, the
   contrib aiohttp-client and FastAPI instrumentations disabled (never imported), so that the package's
-  own propagation carries the context; Ray's cluster started as lean's;
+  own propagation carries the context, and FastAPI's own telemetry off (``OTEL_PYTHON_GYM_SERVER_TELEMETRY=false``);
+  Ray's cluster started as lean's;
 - ``lean``: full with the settings a NeMo Gym user should run with: Ray's cluster started without the
   launcher (``ray start`` in a plain environment, given to Gym as ``+ray_head_node_address``), so that
   Ray's processes carry no OpenTelemetry; the package's spans are the same as full's. FastAPI's

@@ -48,8 +48,10 @@ each armed only when its framework is imported; ``"none"`` arms none), ``extract
 process: beside the run's output, or in ``link_dir``; ``link_files=False`` persists and reads
 nothing), ``baggage`` (False keeps the rollout id in-process instead of in W3C baggage) and
 ``job_context`` (``"link"``, ``"parent"`` or ``"ignore"``: how a dispatch span with no other parent
-is tied to the ``TRACEPARENT`` the process was started with) and ``propagation`` (False: the package
-carries no context across a framework's HTTP hops itself; its ``receive`` targets only isolate).
+is tied to the ``TRACEPARENT`` the process was started with), ``propagation`` (False: the package
+carries no context across a framework's HTTP hops itself; its ``receive`` targets only isolate) and
+``server_telemetry`` (False: a server framework's own telemetry, FastAPI's since 0.165, is off for
+the requests its ``receive`` targets handle).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from gym_instrument.plan.engine import ENGINE, Setup
 from gym_instrument.record.job import JobContext, job_context
 from gym_instrument.record.recorder import Recorder
 from gym_instrument.role import ROLES
+from gym_instrument.role.base import Hops
 from gym_instrument.target.decorators import use_role_extractors
 from gym_instrument.target.find import target_problem
 from gym_instrument.target.patcher import Patcher
@@ -163,7 +166,7 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             remembers=_verdicts_can_come(targets),
             job=job,
             link_files=link_files,
-            propagation=config.propagation,
+            hops=Hops(config.propagation, config.server_telemetry),
         )
         ENGINE.configure(setup)
 

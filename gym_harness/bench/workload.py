@@ -28,8 +28,13 @@ DEFAULT_CONFIGURATIONS = ("none", "contrib", "full", "lean")
 # The ratios the report gives, numerator / denominator, each within a round; a configuration's row in
 # the table shows the first that has it as numerator, the others follow the table.
 RATIOS = (("contrib", "none"), ("full", "contrib"), ("lean", "contrib"), ("lean", "none"), ("gym", "none"))
-# gym's variables on top of full's environment: the contrib HTTP instrumentations are not loaded.
-GYM_SETTINGS = (("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "aiohttp-client,fastapi"),)
+# gym's variables on top of full's environment: the contrib HTTP instrumentations are not loaded, and
+# FastAPI's own telemetry (0.165 and later: spans, metrics, logs per request) is off for the requests
+# the package's receive targets handle, as docs/nemo-gym.md tells the user who wants the cheapest run.
+GYM_SETTINGS = (
+    ("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "aiohttp-client,fastapi"),
+    ("OTEL_PYTHON_GYM_SERVER_TELEMETRY", "false"),
+)
 # The configurations whose Ray cluster is started without the launcher that starts their other
 # processes, in a plain environment (no OTEL_* variable; none has neither anywhere), as a user would
 # run `ray start --head` in a shell of its own and give its address to `gym env start` and `gym eval

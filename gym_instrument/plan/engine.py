@@ -9,16 +9,19 @@ from gym_instrument.link.files import LinkFiles
 from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.record.job import JobContext
 from gym_instrument.record.recorder import Recorder
+from gym_instrument.role.base import Hops
+
+DEFAULT_HOPS = Hops()  # the package carries contexts itself; server frameworks' own telemetry left on
 
 
 class Setup:
     """What one ``instrument()`` records with: the recorder, the dispatch memory, the baggage setting,
     whether ended dispatches are remembered (only when a health function could ask for them), the
     job context of the process's environment that root dispatch spans are tied to, the persisted
-    links (ended dispatches written for a health pass in another process; None: off), and whether
-    the package carries contexts across processes itself (``inject`` and ``receive`` targets)."""
+    links (ended dispatches written for a health pass in another process; None: off), and what the
+    package does at a framework's hops (``inject`` and ``receive`` targets)."""
 
-    __slots__ = ("job", "link_files", "links", "propagate_baggage", "propagation", "recorder", "remembers")
+    __slots__ = ("hops", "job", "link_files", "links", "propagate_baggage", "recorder", "remembers")
 
     def __init__(
         self,
@@ -28,7 +31,7 @@ class Setup:
         remembers: bool = True,
         job: JobContext | None = None,
         link_files: LinkFiles | None = None,
-        propagation: bool = True,
+        hops: Hops = DEFAULT_HOPS,
     ) -> None:
         self.recorder = recorder
         self.links = links
@@ -36,7 +39,7 @@ class Setup:
         self.remembers = remembers
         self.job = job
         self.link_files = link_files  # persisted links (None: off)
-        self.propagation = propagation
+        self.hops = hops
         links.on_evicted = partial(recorder.count, semconv.METRIC_LINK_EVICTIONS, None)
 
 

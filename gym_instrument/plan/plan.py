@@ -261,7 +261,7 @@ class Plan:
                 else:
                     span = active.span = self.open_span(self, tracer, setup.job, current, attributes)
             elif self.prepares:  # no span: the role prepares the call and says what it runs in
-                spanless = role.prepare(self, instance, args, kwargs, current, setup.propagation)
+                spanless = role.prepare(self, instance, args, kwargs, current, setup.hops)
                 if spanless is None:
                     return None  # all it does is done before the call: it runs in its own context
             else:  # no span: the role says what its call runs in

@@ -9,7 +9,7 @@ may use of the call in flight), never the engine's own objects.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.context import Context
@@ -35,6 +35,13 @@ def rollout_id_in(current: Context) -> str | None:
     if rollout_id is None:
         rollout_id = context.get_value(ROLLOUT_ID_CONTEXT_KEY, current)
     return rollout_id_string(rollout_id)
+
+
+class Hops(NamedTuple):
+    """What the settings say the package does at a framework's hops (``inject`` and ``receive`` targets)."""
+
+    propagation: bool = True  # carry contexts across processes itself (when contrib does not)
+    server_telemetry: bool = True  # False: a server framework's own telemetry is off for requests received
 
 
 class RoleCall(Protocol):
@@ -126,11 +133,11 @@ class Role:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         current: Context,
-        propagate_context: bool,
+        hops: Hops,
     ) -> Context | None:
         """Roles without a span that override this, before the call: may change ``kwargs`` (the dict the call is made
         with) and return the context the call runs in (None: it runs untouched, in its own).
-        ``propagate_context``: whether the package carries contexts across processes (a setting)."""
+        ``hops``: what the settings say the package does at a framework's hops."""
         return None
 
     def reads_result(self, schema: RolloutSchema) -> bool:

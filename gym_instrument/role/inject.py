@@ -18,7 +18,7 @@ from opentelemetry import propagate
 from opentelemetry.context import Context
 
 from gym_instrument import semconv
-from gym_instrument.role.base import Role, RoleCall
+from gym_instrument.role.base import Hops, Role, RoleCall
 
 # The HTTP client library a schema names -> contrib's instrumentor of it (module, class).
 CLIENT_INSTRUMENTATIONS: dict[str, tuple[str, str]] = {
@@ -73,9 +73,9 @@ class InjectRole(Role):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         current: Context,
-        propagate_context: bool,
+        hops: Hops,
     ) -> Context | None:
-        if not propagate_context or contrib_client_active(call.schema.http_client):
+        if not hops.propagation or contrib_client_active(call.schema.http_client):
             return None
         given = kwargs.get("headers")
         headers: Any

@@ -6,6 +6,8 @@ the request's headers carry are extracted into that context through the configur
 propagators, so what the request causes (a verify) joins the trace of the rollout that sent it.
 No span is made for the hop. Nothing is extracted when propagation is off or when contrib's
 ASGI or FastAPI instrumentation is active for the application (its server span extracts).
+With the server_telemetry setting off, the entries of the schema's ``quiet_server_scope`` are put
+in the request's scope first: the server framework's own telemetry leaves the request alone.
 
 The target is either a request cycle's method whose instance keeps the ASGI scope in ``scope`` and
 whose first argument is the application (uvicorn's ``RequestResponseCycle.run_asgi(self, app)``),
@@ -25,7 +27,7 @@ from opentelemetry.propagators.textmap import Getter
 
 from gym_instrument import semconv
 from gym_instrument.record.failures import FAILURES
-from gym_instrument.role.base import Role, RoleCall
+from gym_instrument.role.base import Hops, Role, RoleCall
 
 _EMPTY = Context()
 _MIDDLEWARE_DEPTH = 8  # how far the chain of ``.app`` attributes is followed
@@ -80,9 +82,10 @@ class ReceiveRole(Role):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         current: Context,
-        propagate_context: bool,
+        hops: Hops,
     ) -> Context | None:
-        if not propagate_context:
+        quiet = () if hops.server_telemetry else call.schema.quiet_server_scope
+        if not hops.propagation and not quiet:
             return _EMPTY
         try:
             first = args[0] if args else kwargs.get("app", kwargs.get("scope"))
@@ -91,9 +94,13 @@ class ReceiveRole(Role):
                 scope, app = first, instance
             else:  # a request cycle's method called with the application
                 scope, app = getattr(instance, "scope", None), first
-            if contrib_server_active(app):
+            if type(scope) is not dict:
                 return _EMPTY
-            headers = scope.get("headers") if type(scope) is dict else None
+            for key, value in quiet:
+                scope.setdefault(key, value)  # (a key already there is the server's own, kept)
+            if not hops.propagation or contrib_server_active(app):
+                return _EMPTY
+            headers = scope.get("headers")
             return extracted(headers) if headers else _EMPTY
         except Exception:
             FAILURES.failed("reading the request's context at", call.where)

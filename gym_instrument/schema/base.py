@@ -34,6 +34,9 @@ class RolloutSchema:
     # The HTTP client library its ``inject`` targets send through (a key of role.inject's table), so
     # that contrib's instrumentation of that client is detected; None: any client contrib instruments.
     http_client: str | None = None
+    # What its ``receive`` targets put in a request's ASGI scope to turn the server framework's own
+    # telemetry off for it (the server_telemetry setting); empty: the framework has no such switch.
+    quiet_server_scope: tuple[tuple[str, Any], ...] = ()
 
     def identity(self, row: Any) -> RolloutIdentity:
         """A dispatch row's identity: task id, indices, attempt, rollout id (from the row or its index form)."""

@@ -85,6 +85,11 @@ class NemoGymSchema(RolloutSchema):
     rowless_dispatch_relays = True
     # Every hop goes through nemo_gym.server_utils.request, on Gym's shared aiohttp client session.
     http_client = "aiohttp"
+    # Gym's servers are FastAPI applications. FastAPI >= 0.165 makes its own request, operation and
+    # serialization spans (and metrics and logs) whenever an SDK provider is set; it leaves a request
+    # alone whose ASGI scope already has the key "fastapi.telemetry" (as when an outer FastAPI
+    # application handles it). Older FastAPI never reads the key.
+    quiet_server_scope = (("fastapi.telemetry", None),)
 
     def identity(self, row: Any) -> RolloutIdentity:
         """A flat row (``task_id``, ``_ng_task_index``, ``_ng_rollout_index``, ``_ng_attempt_index``,
