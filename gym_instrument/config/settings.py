@@ -38,6 +38,7 @@ ENV_CONFIG = "OTEL_PYTHON_GYM_CONFIG"
 ENV_LINK_DIR = "OTEL_PYTHON_GYM_LINK_DIR"
 ENV_LINK_FILES = "OTEL_PYTHON_GYM_LINK_FILES"
 ENV_PROPAGATION = "OTEL_PYTHON_GYM_PROPAGATION"
+ENV_MODEL_CALLS = "OTEL_PYTHON_GYM_MODEL_CALLS"
 # Not an instrument() setting: the file the gym_json_file exporters write to (tools.export), read
 # when the SDK builds them (with no arguments).
 ENV_JSON_FILE = "OTEL_PYTHON_GYM_JSON_FILE"
@@ -250,6 +251,8 @@ class GymConfig:
     # The package's own context propagation at a framework's hops (inject and receive targets) when
     # no contrib HTTP instrumentation is active there; False: receive targets only isolate.
     propagation: bool = field(default=True, metadata=_declare(ENV_PROPAGATION, parse_bool))
+    # One span per model call (model_call targets); False: those targets are not wrapped at all.
+    model_calls: bool = field(default=True, metadata=_declare(ENV_MODEL_CALLS, parse_bool))
     # Code only: no environment variable.
     extractors: Mapping[str, tuple[Extractor, ...]] = field(
         default_factory=_no_extractors, metadata=_declare(None, parse_extractors, combine=_more_extractors)
