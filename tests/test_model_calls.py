@@ -256,3 +256,25 @@ def test_a_body_never_read_still_ends_its_dispatch(collector: Any, telemetry: An
     [span] = telemetry.spans("gym.rollout.dispatch")
     assert "gen_ai.usage.input_tokens" not in span.attributes
     assert span.attributes["nemo.gym.rollout.id"] == "2-0"
+
+
+class _RaisingSchema(type(NEMO_GYM)):  # type: ignore[misc]
+    """A framework's schema that fails on every model call's request and answer."""
+
+    def model_call_request(self, request: Any) -> dict[str, Any]:
+        raise RuntimeError("request rules broken")
+
+    def model_call_attributes(self, response: Any) -> dict[str, Any]:
+        raise RuntimeError("answer rules broken")
+
+
+def test_a_schema_that_fails_never_reaches_the_model_server(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    name = make_module(MODEL_SOURCE)
+    schema = _RaisingSchema()
+    instrument(targets=[Target(f"{name}:SimpleResponsesAPIModel.responses", "model_call", row_arg="body", schema=schema)])
+    server = importlib.import_module(name).ScriptedModel()
+    answer = asyncio.run(server.responses(body={"model": "policy"}))
+    assert answer is server.answers[-1]
+    [span] = telemetry.spans()  # the span still ends, without the attributes the schema could not give
+    assert span.kind is SpanKind.CLIENT
+    assert "gen_ai.usage.input_tokens" not in span.attributes
