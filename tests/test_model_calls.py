@@ -278,3 +278,23 @@ def test_a_schema_that_fails_never_reaches_the_model_server(make_module: Any, in
     [span] = telemetry.spans()  # the span still ends, without the attributes the schema could not give
     assert span.kind is SpanKind.CLIENT
     assert "gen_ai.usage.input_tokens" not in span.attributes
+
+
+def outcomes(telemetry: Any) -> dict[str, int]:
+    return {point.attributes["outcome"]: point.value for point in telemetry.metric_points("gym.rollout.dispatches")}
+
+
+def test_a_deferred_dispatch_is_counted_once_by_its_outcome(collector: Any, telemetry: Any) -> None:
+    collect(collector, {"response": {"usage": USAGE}})
+    collect(collector, {"detail": "boom"}, status=503, read=False)
+    assert outcomes(telemetry) == {"ok": 1, "error": 1}
+
+
+def test_reading_a_body_that_no_dispatch_waits_for_changes_nothing(collector: Any, telemetry: Any) -> None:
+    async def verify_hop() -> Any:
+        response = await collector.ServerClient([{"reward": 1.0}]).post(server_name="resources", url_path="/verify", json={})
+        return response, await collector.get_response_json(response)
+
+    response, body = asyncio.run(verify_hop())
+    assert body is response._body
+    assert telemetry.spans() == []
