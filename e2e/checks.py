@@ -31,6 +31,11 @@ AGENT_NAME = "nemo.gym.agent.name"
 REWARD = "nemo.gym.rollout.reward"
 VERDICT = "nemo.gym.health.verdict"
 CHECKS = "nemo.gym.health.checks"
+# Model-call spans (GenAI) and a rollout's token totals on its dispatch.
+GEN_AI_OPERATION = "gen_ai.operation.name"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+MODEL_CALLS = "nemo.gym.rollout.model_calls"
 
 TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id")
 CAPTURE_NO_RECORDS = "model_call_capture_no_records"
@@ -77,6 +82,11 @@ class Rollout:
     # NeMo Gym's own model-call capture gaps on the result row (0.7.0, capture on), e.g.
     # `model_call_capture_no_records` when the collector found no captured call for it.
     capture_gaps: tuple[str, ...] = ()
+    # The token usage NeMo Gym wrote for it (`response.usage`, else a native result's `usage`):
+    # (input, output), or None when its row has none.
+    usage: tuple[Any, Any] | None = None
+    # How many model calls its row's `ng_trajectory.model_calls` lists (None: no such list, or empty).
+    model_calls: int | None = None
 
     @property
     def native(self) -> bool:
@@ -112,6 +122,20 @@ class Rollout:
         return None
 
 
+def _usage(result: dict[str, Any]) -> tuple[Any, Any] | None:
+    for holder in (result.get("response"), result, result.get("result")):
+        usage = holder.get("usage") if isinstance(holder, dict) else None
+        if isinstance(usage, dict):
+            return usage.get("input_tokens"), usage.get("output_tokens")
+    return None
+
+
+def _listed_model_calls(result: dict[str, Any]) -> int | None:
+    trajectory = result.get("ng_trajectory")
+    calls = trajectory.get("model_calls") if isinstance(trajectory, dict) else None
+    return len(calls) if isinstance(calls, list) and calls else None
+
+
 def join_rollouts(materialized_rows: list[dict[str, Any]], results: list[dict[str, Any]], report: Report) -> list[Rollout]:
     """Pair each result in rollouts.jsonl with the row that was dispatched for it.
 
@@ -133,6 +157,8 @@ def join_rollouts(materialized_rows: list[dict[str, Any]], results: list[dict[st
                 row=row,
                 reward=float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
                 capture_gaps=tuple(str(gap.get("code")) for gap in (result.get("ng_model_call_capture") or {}).get("gaps") or ()),
+                usage=_usage(result),
+                model_calls=_listed_model_calls(result),
             )
         )
     return sorted(rollouts, key=lambda r: (r.task_index, r.rollout_index))
@@ -252,6 +278,70 @@ def check_gym_spans(rollouts: list[Rollout], received: Received, report: Report)
                 f"rollout {rid}: {REWARD}={reward!r}, rollouts.jsonl says {rollout.reward!r}",
             )
     return matched
+
+
+def is_model_call(span: Span) -> bool:
+    return span.kind == "CLIENT" and GEN_AI_OPERATION in span.attributes
+
+
+def check_model_calls(
+    rollouts: list[Rollout], received: Received, model_requests: list[dict[str, Any]], dispatches: dict[str, Span], report: Report
+) -> None:
+    """Per rollout: as many model-call spans as the model API got requests for it (by their baggage),
+    each in its dispatch's trace and a descendant of its dispatch span across the hops."""
+    spans_by_id = {span.span_id: span for span in received.spans}
+    calls = [span for span in received.spans if is_model_call(span)]
+    report.spans_checked["model call"] += len(calls)
+    report.check(len(calls) == len(model_requests), f"{len(calls)} model-call spans for {len(model_requests)} model requests")
+    requested = Counter(_baggage_rollout_id(request.get("baggage")) for request in model_requests)
+    grouped: dict[str, list[Span]] = defaultdict(list)
+    for span in calls:
+        grouped[str(span.attributes.get(ROLLOUT_ID))].append(span)
+    for rollout in rollouts:
+        rid = rollout.rollout_id
+        found = grouped.get(rid, [])
+        report.check(
+            len(found) == requested.get(rid, 0) and bool(found),
+            f"rollout {rid}: {len(found)} model-call spans, the model API got {requested.get(rid, 0)} requests for it",
+        )
+        dispatch = dispatches.get(rid)
+        for span in found:
+            report.check(span.kind == "CLIENT", f"rollout {rid}: model-call span kind is {span.kind}, not CLIENT")
+            if dispatch is None:
+                continue
+            chain = _ancestry(span, spans_by_id)
+            report.check(
+                span.trace_id == dispatch.trace_id and dispatch in chain,
+                f"rollout {rid}: model-call span {span.name!r} is not in its dispatch's trace under it "
+                f"(ancestry: {' <- '.join(s.name for s in chain)})",
+            )
+    strangers = sorted(set(grouped) - {r.rollout_id for r in rollouts})
+    report.check(not strangers, f"model-call spans name no rollout of the run: {strangers}")
+
+
+def check_dispatch_totals(rollouts: list[Rollout], dispatches: dict[str, Span], report: Report) -> None:
+    """Per rollout: the dispatch span's token totals are the usage NeMo Gym wrote in its output row,
+    and its model-call count, where it has one, the number of model calls its row's trajectory lists."""
+    with_totals = with_calls = 0
+    for rollout in rollouts:
+        rid = rollout.rollout_id
+        dispatch = dispatches.get(rid)
+        if dispatch is None:
+            continue
+        attrs = dispatch.attributes
+        got = (attrs.get(INPUT_TOKENS), attrs.get(OUTPUT_TOKENS))
+        expected = rollout.usage if rollout.usage is not None else (None, None)
+        report.check(got == expected, f"rollout {rid}: dispatch token totals {got}, its output row's usage says {expected}")
+        # Only where the /run result itself lists the calls: 0.7.0's collector adds the captured
+        # trajectory to the row after it read the result, and simple_agent's result lists none.
+        if MODEL_CALLS in attrs:
+            with_calls += 1
+            report.check(
+                attrs.get(MODEL_CALLS) == rollout.model_calls,
+                f"rollout {rid}: {MODEL_CALLS}={attrs.get(MODEL_CALLS)!r}, its row's trajectory lists {rollout.model_calls}",
+            )
+        with_totals += got != (None, None)
+    report.notes.append(f"dispatches with token totals: {with_totals} of {len(rollouts)}, with {MODEL_CALLS}: {with_calls}")
 
 
 def check_health_spans(
@@ -388,8 +478,8 @@ def check_one_traceparent(model_requests: list[dict[str, Any]], report: Report) 
 
 
 def check_no_client_spans(received: Received, report: Report) -> None:
-    """Without contrib: no CLIENT span (the package makes none for a hop), and no contrib HTTP span."""
-    clients = sorted({span.name for span in received.spans if span.kind == "CLIENT"})
+    """Without contrib: no CLIENT span but the package's model calls (it makes none for a hop), and no contrib HTTP span."""
+    clients = sorted({span.name for span in received.spans if span.kind == "CLIENT" and GEN_AI_OPERATION not in span.attributes})
     report.check(not clients, f"CLIENT spans without any HTTP client instrumentation: {clients}")
     internal = sorted({span.name for span in received.spans if span.name in ("http send", "http receive")})
     report.check(not internal, f"contrib's ASGI spans without contrib: {internal}")
@@ -457,7 +547,7 @@ def check_no_leaked_request_context(received: Received, report: Report) -> None:
 
 
 def excerpt_lines(rollouts: list[Rollout], received: Received) -> list[str]:
-    """One rollout's path from dispatch to verify (and its health span), as real spans trimmed to names,
+    """One rollout's path from dispatch to verify (and a model call, and its health span), as real spans trimmed to names,
     ids and gym attributes."""
     spans_by_id = {span.span_id: span for span in received.spans}
     unhealthy = {s.attributes.get(ROLLOUT_ID) for s in received.spans if s.name == HEALTH_SPAN and s.attributes.get(CHECKS)}
@@ -473,6 +563,10 @@ def excerpt_lines(rollouts: list[Rollout], received: Received) -> list[str]:
         if dispatch not in chain:
             continue
         path = list(reversed(chain[: chain.index(dispatch) + 1]))
+        model_call = next((s for s in named if is_model_call(s)), None)
+        if model_call is not None:
+            calls = list(reversed(_ancestry(model_call, spans_by_id)))
+            path += [s for s in calls[calls.index(dispatch) + 1 :] if s not in path] if dispatch in calls else []
         path += [s for s in named if s.name == HEALTH_SPAN and s.parent_span_id == dispatch.span_id]
         break
     else:
@@ -489,7 +583,7 @@ def excerpt_lines(rollouts: list[Rollout], received: Received) -> list[str]:
         url = span.attributes.get("url.full") or span.attributes.get("http.url")
         if span.kind == "CLIENT" and isinstance(url, str):
             trimmed["http.url"] = url
-        gym_attributes = {k: v for k, v in span.attributes.items() if k.startswith("nemo.gym.")}
+        gym_attributes = {k: v for k, v in span.attributes.items() if k.startswith(("nemo.gym.", "gen_ai."))}
         if gym_attributes:
             trimmed["attributes"] = gym_attributes
         lines.append(json.dumps(trimmed))

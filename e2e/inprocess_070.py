@@ -1,4 +1,4 @@
-"""In-process checks against the real nemo-gym 0.7.0 wheel: judge failures, and verify from a mixin.
+"""In-process checks against the real nemo-gym 0.7.0 wheel: judge failures, verify from a mixin, a nested model call.
 
 Run by e2e/run.py with the 0.7.0 venv's Python, after the collections (or by hand:
 `.venv-e2e-070/bin/python e2e/inprocess_070.py`). It instruments with the SDK's in-memory span
@@ -17,6 +17,8 @@ replaced or mocked.
    subclass, defined after `instrument()`: the wheel's own `SimpleWeatherResourcesServer`
    (`SimpleWeatherVerifier`, imported after `instrument()`) and one defined here. Each POST
    makes exactly one `gym.verify` span, with its reward, counted once.
+3. A `SimpleResponsesAPIModel` subclass defined after `instrument()` whose `responses` calls its own
+   `chat_completions`: one model-call span (`chat <model>`, kind CLIENT) with the answer's token counts.
 
 Prints one line per check and exits 1 when any fails.
 """
@@ -32,7 +34,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from gym_instrument import GymInstrumentor
 
@@ -239,10 +241,54 @@ def expect_one_verify_per_call(
     check(after - before == calls, f"{REWARDED_COUNTER} counted {after - before} for {calls} calls")
 
 
+def nested_model_call(telemetry: Telemetry) -> None:
+    """A model server defined after instrument(), whose responses() converts to chat_completions()
+    (as the wheel's vllm_model does): one model call, one span, with the answer's token counts."""
+    import asyncio
+
+    from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+    from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
+
+    class ConvertingModel(SimpleResponsesAPIModel):
+        async def chat_completions(self, body: Any = None) -> Any:
+            return {
+                "model": "e2e-served",
+                "choices": [{"finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": 3},
+            }
+
+        async def responses(self, body: Any = None) -> Any:
+            completion = await self.chat_completions(body)
+            usage = completion["usage"]
+            return {
+                "model": completion["model"],
+                "status": "completed",
+                "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]},
+            }
+
+    print("a model server whose responses() calls its chat_completions():")
+    server = make_server(ConvertingModel, BaseResponsesAPIModelConfig, "e2e_model")
+    telemetry.exporter.clear()
+    asyncio.run(server.responses(NeMoGymResponseCreateParamsNonStreaming(model="e2e-model", input="hi")))
+    spans = [span for span in telemetry.exporter.get_finished_spans() if "gen_ai.operation.name" in (span.attributes or {})]
+    telemetry.exporter.clear()
+    check(len(spans) == 1, f"exactly one model-call span (got {len(spans)})")
+    if spans:
+        span = spans[0]
+        attributes = dict(span.attributes or {})
+        check(span.name == "chat e2e-model", f"named 'chat e2e-model' (got {span.name!r})")
+        check(span.kind == SpanKind.CLIENT, f"kind CLIENT (got {span.kind.name})")
+        check(
+            (attributes.get("gen_ai.usage.input_tokens"), attributes.get("gen_ai.usage.output_tokens")) == (9, 3),
+            f"token counts 9 / 3 (got {attributes.get('gen_ai.usage.input_tokens')!r} / "
+            f"{attributes.get('gen_ai.usage.output_tokens')!r})",
+        )
+
+
 def main() -> int:
     telemetry = Telemetry()
     GymInstrumentor().instrument(tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider)
-    steps: list[Callable[[Telemetry], None]] = [judge_failure, verify_from_mixins]
+    steps: list[Callable[[Telemetry], None]] = [judge_failure, verify_from_mixins, nested_model_call]
     try:
         for step in steps:
             try:

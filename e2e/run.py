@@ -234,6 +234,7 @@ def run_pass(
                 and (verdict_rows is None or names.count(checks.HEALTH_SPAN) >= len(verdict_rows))
                 and counter is not None
                 and counter >= rewarded
+                and sum(1 for s in received.spans if checks.is_model_call(s)) >= len(read_jsonl(model_requests_path))
             )
 
         try:
@@ -253,8 +254,11 @@ def run_pass(
         if not args.without_package:
             dispatches = checks.check_gym_spans(rollouts, received, report)
             checks.check_rewarded_counter(received, report)
-            checks.check_model_baggage(rollouts, read_jsonl(model_requests_path), report)
-            checks.check_one_traceparent(read_jsonl(model_requests_path), report)
+            model_requests = read_jsonl(model_requests_path)
+            checks.check_model_baggage(rollouts, model_requests, report)
+            checks.check_one_traceparent(model_requests, report)
+            checks.check_model_calls(rollouts, received, model_requests, dispatches, report)
+            checks.check_dispatch_totals(rollouts, dispatches, report)
             if verdict_rows is not None:
                 checks.check_health_spans(rollouts, verdict_rows, dispatches, received, gym_pass.verdicts, report)
                 checks.check_verdicts_counter(received, report)
@@ -318,9 +322,7 @@ def run(args: argparse.Namespace) -> int:
         for release in releases:
             venv_python = ensure_venv(release, with_package=not args.without_package)
             for gym_pass in () if args.only_sharded else release.passes:
-                log(
-                    f"nemo-gym {release.name}, pass {gym_pass.name} (model-call capture {'on' if gym_pass.capture else 'off'})"
-                )
+                log(f"nemo-gym {release.name}, pass {gym_pass.name} (model-call capture {'on' if gym_pass.capture else 'off'})")
                 results.append(run_pass(release, gym_pass, venv_python, marker, scratch, args))
             if release.sharded and not args.without_package and not args.skip_sharded:
                 log(f"nemo-gym {release.name}, the sharded flow (model-call capture on)")
@@ -366,13 +368,16 @@ def write_excerpt(releases: list[Release]) -> None:
         gym_pass = release.passes[0]
         excerpt = WORK / release.name / gym_pass.name / "SPANS_EXCERPT.json"
         if excerpt.exists():
-            sections.append(f"## NeMo Gym {release.version} ({gym_pass.name})\n\n```json\n{excerpt.read_text()}```\n")
+            sections.append(f"## NeMo Gym {release.name} ({gym_pass.name})\n\n```json\n{excerpt.read_text()}```\n")
     EXCERPT.write_text(
         "# Spans from the end-to-end run\n\n"
         "Written by `python3 -m e2e.run --write-excerpt` (the `make e2e` run): per release, one rollout's trace as\n"
         "the OTLP receiver got it: the path from the collector's dispatch to the resources server's verify, across\n"
-        "processes, and on 0.7.0 the health span under the dispatch, trimmed to names, ids and the `nemo.gym.*`\n"
-        "attributes. The HTTP spans come from the aiohttp-client and FastAPI instrumentations.\n\n" + "\n".join(sections)
+        "processes, then the path to one of its model calls (the model server's `chat …` span), and on 0.7.0 the\n"
+        "health span under the dispatch, trimmed to names, ids and the `nemo.gym.*` and `gen_ai.*` attributes (the\n"
+        "dispatch's `gen_ai.usage.*` are the rollout's token totals). The HTTP spans come from the aiohttp-client\n"
+        "and FastAPI instrumentations; the 0.7.0-bare run has neither (the package alone): its `SERVER` and\n"
+        "`fastapi.endpoint` spans are FastAPI 0.165's own.\n\n" + "\n".join(sections)
     )
     log(f"wrote {EXCERPT.relative_to(REPO)}")
 

@@ -81,10 +81,20 @@ def run_sharded(release: Release, venv_python: Path, marker: str, scratch: Scrat
     try:
         servers_env = receiver("servers")
         model_port_file, model_log = work / "model_server.port", work / "model_server.log"
+        model_requests_path = work / "model_requests.jsonl"
         plain = {k: v for k, v in servers_env.items() if not k.startswith("OTEL_")}
         model = processes.start(
             "model server",
-            [str(venv_python), str(MODEL_SERVER), "--answers", str(INPUTS), "--port-file", str(model_port_file)],
+            [
+                str(venv_python),
+                str(MODEL_SERVER),
+                "--answers",
+                str(INPUTS),
+                "--port-file",
+                str(model_port_file),
+                "--request-log",
+                str(model_requests_path),
+            ],
             model_log,
             work,
             plain,
@@ -191,14 +201,18 @@ def run_sharded(release: Release, venv_python: Path, marker: str, scratch: Scrat
 
         def arrived() -> bool:
             names = [s.name for s in received("aggregate", "health-check").spans]
-            return names.count(checks.HEALTH_SPAN) >= 2 * len(rollouts)
+            calls = sum(1 for s in received("servers").spans if checks.is_model_call(s))
+            return names.count(checks.HEALTH_SPAN) >= 2 * len(rollouts) and calls >= len(read_jsonl(model_requests_path))
 
         try:
             wait_for("both passes' health spans at their receivers", arrived, TIMEOUT_SPANS, interval=1)
         except E2EFailure as error:
             report.notes.append(str(error))
         processes.interrupt(env_start, timeout=20)
-        dispatches = checks.check_gym_spans(rollouts, received("shard-0", "shard-1", "servers"), report)
+        collected = received("shard-0", "shard-1", "servers")
+        dispatches = checks.check_gym_spans(rollouts, collected, report)
+        checks.check_model_calls(rollouts, collected, read_jsonl(model_requests_path), dispatches, report)
+        checks.check_dispatch_totals(rollouts, dispatches, report)
         for name, verdicts in (("aggregate", aggregated_verdicts), ("health-check", rechecked_verdicts)):
             before = len(report.failures)
             checks.check_health_spans(rollouts, verdicts, dispatches, received(name), frozenset({"healthy", "unhealthy"}), report)

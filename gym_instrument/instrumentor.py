@@ -49,9 +49,10 @@ process: beside the run's output, or in ``link_dir``; ``link_files=False`` persi
 nothing), ``baggage`` (False keeps the rollout id in-process instead of in W3C baggage) and
 ``job_context`` (``"link"``, ``"parent"`` or ``"ignore"``: how a dispatch span with no other parent
 is tied to the ``TRACEPARENT`` the process was started with), ``propagation`` (False: the package
-carries no context across a framework's HTTP hops itself; its ``receive`` targets only isolate) and
+carries no context across a framework's HTTP hops itself; its ``receive`` targets only isolate),
 ``server_telemetry`` (False: a server framework's own telemetry, FastAPI's since 0.165, is off for
-the requests its ``receive`` targets handle).
+the requests its ``receive`` targets handle) and
+``model_calls`` (False: no span per model call; ``model_call`` targets are not wrapped at all).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
+from gym_instrument import semconv
 from gym_instrument.config.declare import preset_targets
 from gym_instrument.config.settings import GymConfig
 from gym_instrument.frameworks import DEFAULT_SCHEMA
@@ -134,6 +136,8 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         """Record with ``config`` and arm its targets; what did not change from ``running`` is kept
         (the recorder, the remembered dispatches, the job context, the wrapped functions)."""
         targets = (*(target for name in config.presets for target in preset_targets(name)), *config.targets, *config.config)
+        if not config.model_calls:  # off: model-call targets are not wrapped at all (nothing to pay per call)
+            targets = tuple(target for target in targets if target.role != semconv.ROLE_MODEL_CALL)
         before = running.config if running is not None else None
 
         def unchanged(*names: str) -> bool:

@@ -18,6 +18,10 @@ ROLE_RUN: Final = "run"
 ROLE_INJECT: Final = "inject"
 # A server's request boundary: an empty context with the request's trace context and baggage in it (no span).
 ROLE_RECEIVE: Final = "receive"
+# One call of an agent to a model, made in the model server (a GenAI CLIENT span).
+ROLE_MODEL_CALL: Final = "model_call"
+# A read of a response's body: ends a dispatch whose result (its token totals) is read after it returned (no span).
+ROLE_READ_RESULT: Final = "read_result"
 
 # Spans.
 SPAN_DISPATCH: Final = "gym.rollout.dispatch"
@@ -44,6 +48,16 @@ REWARD_RULES: Final = ("last", "sum", "max", "first")
 # declared target says): one dashboard reads several frameworks' spans and can still tell them apart.
 FRAMEWORK: Final = "nemo.gym.framework"
 ERROR_TYPE: Final = "error.type"
+# OpenTelemetry's GenAI semantic conventions: model calls, and a rollout's token totals on its dispatch.
+GEN_AI_OPERATION: Final = "gen_ai.operation.name"
+GEN_AI_OPERATION_CHAT: Final = "chat"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+# How many model calls a rollout made, where its framework says (on the dispatch span).
+ROLLOUT_MODEL_CALLS: Final = "nemo.gym.rollout.model_calls"
 ERROR_TYPE_CANCELLED: Final = "cancelled"
 # A failure that says no type of its own (OpenTelemetry's semantic conventions' fallback value).
 ERROR_TYPE_OTHER: Final = "_OTHER"

@@ -108,6 +108,7 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
         "job_context": "OTEL_PYTHON_GYM_JOB_CONTEXT",
         "propagation": "OTEL_PYTHON_GYM_PROPAGATION",
         "server_telemetry": "OTEL_PYTHON_GYM_SERVER_TELEMETRY",
+        "model_calls": "OTEL_PYTHON_GYM_MODEL_CALLS",
         "config": "OTEL_PYTHON_GYM_CONFIG",
         "extractors": None,  # code only
         "replace_default_extractors": None,

@@ -39,6 +39,7 @@ ENV_LINK_DIR = "OTEL_PYTHON_GYM_LINK_DIR"
 ENV_LINK_FILES = "OTEL_PYTHON_GYM_LINK_FILES"
 ENV_PROPAGATION = "OTEL_PYTHON_GYM_PROPAGATION"
 ENV_SERVER_TELEMETRY = "OTEL_PYTHON_GYM_SERVER_TELEMETRY"
+ENV_MODEL_CALLS = "OTEL_PYTHON_GYM_MODEL_CALLS"
 # Not an instrument() setting: the file the gym_json_file exporters write to (tools.export), read
 # when the SDK builds them (with no arguments).
 ENV_JSON_FILE = "OTEL_PYTHON_GYM_JSON_FILE"
@@ -254,6 +255,8 @@ class GymConfig:
     # False: a server framework's own telemetry (FastAPI >= 0.165's spans, metrics and logs) is off
     # for the requests its receive targets handle, when its schema knows the switch.
     server_telemetry: bool = field(default=True, metadata=_declare(ENV_SERVER_TELEMETRY, parse_bool))
+    # One span per model call (model_call targets); False: those targets are not wrapped at all.
+    model_calls: bool = field(default=True, metadata=_declare(ENV_MODEL_CALLS, parse_bool))
     # Code only: no environment variable.
     extractors: Mapping[str, tuple[Extractor, ...]] = field(
         default_factory=_no_extractors, metadata=_declare(None, parse_extractors, combine=_more_extractors)

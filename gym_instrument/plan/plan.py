@@ -6,7 +6,9 @@ into those that run at the start and at the end, and the role's capability flags
 booleans. At call time one wrapper per kind of function runs it: sync, coroutine, generator,
 async generator and async context manager. Each one admits the call (:meth:`Plan.admit`), starts
 it (:meth:`Plan.start`) and ends it in exactly one idempotent place (:meth:`Active.finish`),
-reached from every exit path; the context is detached where it was attached. The extractor
+reached from every exit path; the context is detached where it was attached. A role may defer
+the span's end past the call's return (``Role.defer``): the call's context is detached then, and
+the span ends once, later, through :meth:`Active.complete` or :meth:`Active.abandon`. The extractor
 return convention (``extract``) is applied in those two places and nowhere else: a rollout id
 from a start extractor names the rollout (baggage included), an ``error.type`` from an end
 extractor marks a returned call failed.
@@ -86,6 +88,7 @@ class Plan:
         "counts_outcome",
         "counts_reward",
         "defaults",
+        "defers",
         "direct",
         "emits",
         "end_extractors",
@@ -162,6 +165,8 @@ class Plan:
         self.emits = not self.spans and type(role).emit is not Role.emit
         # A role without a span that prepares its call (its arguments, its context) before it runs.
         self.prepares = not self.spans and type(role).prepare is not Role.prepare
+        # A role whose span may end after its call returned (Role.defer).
+        self.defers = self.spans and type(role).defer is not Role.defer
 
     def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
         """The user's extractors, and whether the role's own attribute rules apply (a second
@@ -362,6 +367,43 @@ class Active:
                 if exception is None:  # a failure returned as data (the schema's or an extractor's error.type)
                     failed_as = attributes.get(semconv.ERROR_TYPE)
                 span.set_attributes(attributes)
+            if exception is None and failed_as is None and plan.defers and plan.role.defer(plan, self, result):
+                return  # the span ends later: complete() or abandon()
+            self._end(span, attributes, failed_as, exception)
+        except Exception:
+            FAILURES.failed(f"the end of the {plan.role_name} role", plan.where)
+            if span is not None:
+                try:
+                    span.end()  # idempotent in the SDK: a span that already ended warns, never raises
+                except Exception:
+                    pass
+
+    def complete(self, result: Any) -> None:
+        """End a deferred call's span with the role's end rules over ``result`` (role.Pending)."""
+        plan = self.plan
+        attributes: dict[str, Any] | None = None
+        if plan.reads_result:
+            try:
+                attributes = plan.role.on_success(plan, self.row, result)
+            except Exception:
+                FAILURES.failed(f"the end rules of the {plan.role_name} role", plan.where)
+        failed_as = None
+        if attributes:
+            failed_as = attributes.get(semconv.ERROR_TYPE)
+            try:
+                self.span.set_attributes(attributes)  # type: ignore[union-attr]  # (a deferred call has its span)
+            except Exception:
+                FAILURES.failed(f"the end of the {plan.role_name} role", plan.where)
+        self._end(self.span, attributes, failed_as, None)  # type: ignore[arg-type]
+
+    def abandon(self) -> None:
+        """End a deferred call's span as it is (role.Pending)."""
+        self._end(self.span, None, None, None)  # type: ignore[arg-type]
+
+    def _end(self, span: Span, attributes: dict[str, Any] | None, failed_as: Any, exception: BaseException | None) -> None:
+        """End the span, remember the dispatch for its verdict, count the outcome."""
+        plan = self.plan
+        try:
             setup = self.setup
             tallies = setup.recorder.tallies
             if failed_as is not None:

@@ -7,18 +7,30 @@ and one line in** :data:`ROLES`: targets accept its name, the engine runs its ho
 decorator ``gym_instrument.<name>`` comes from the table when it is asked for.
 """
 
-from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Emission, Role, RoleCall, rollout_id_in
+from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Emission, Pending, Role, RoleCall, rollout_id_in
 from gym_instrument.role.dispatch import DispatchRole
 from gym_instrument.role.health import HealthRole
 from gym_instrument.role.inject import InjectRole
 from gym_instrument.role.isolate import IsolateRole
+from gym_instrument.role.model_call import ModelCallRole
+from gym_instrument.role.read_result import ReadResultRole
 from gym_instrument.role.receive import ReceiveRole
 from gym_instrument.role.run import RunRole
 from gym_instrument.role.verify import VerifyRole
 
 ROLES: dict[str, Role] = {
     role.name: role
-    for role in (DispatchRole(), VerifyRole(), HealthRole(), IsolateRole(), RunRole(), InjectRole(), ReceiveRole())
+    for role in (
+        DispatchRole(),
+        VerifyRole(),
+        HealthRole(),
+        IsolateRole(),
+        RunRole(),
+        InjectRole(),
+        ReceiveRole(),
+        ModelCallRole(),
+        ReadResultRole(),
+    )
 }
 
 __all__ = [
@@ -29,6 +41,9 @@ __all__ = [
     "HealthRole",
     "InjectRole",
     "IsolateRole",
+    "ModelCallRole",
+    "Pending",
+    "ReadResultRole",
     "ReceiveRole",
     "Role",
     "RoleCall",

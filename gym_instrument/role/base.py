@@ -97,6 +97,16 @@ class Emission(Protocol):
         """Run the user's end extractors for one item of the result (a verdict) into ``attributes``."""
 
 
+class Pending(Protocol):
+    """A call whose span outlives it (:meth:`Role.defer`): ended once, by whichever comes first."""
+
+    def complete(self, result: Any) -> None:
+        """End the span with the attributes the role reads from ``result`` (what was read later)."""
+
+    def abandon(self) -> None:
+        """End the span without them (what it waited for will never come)."""
+
+
 class Role:
     """A role: its span, its hooks, and capability flags; most roles do little (these defaults)."""
 
@@ -115,7 +125,7 @@ class Role:
     # What else a role does is a hook it overrides (the engine asks which, once per wrapped function):
     # emit (child spans from a result), spanless_context (the context a role without a span runs its
     # call in), prepare (a role without a span that changes its call's arguments or context before
-    # it runs), on_success (attributes from a result).
+    # it runs), on_success (attributes from a result), defer (a span that ends after its call returned).
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and
@@ -175,6 +185,12 @@ class Role:
     def on_success(self, call: RoleCall, row: Any, result: Any) -> dict[str, Any]:
         """The span's attributes from a returned result (the role's own rules are on)."""
         return {}
+
+    def defer(self, call: RoleCall, pending: Pending, result: Any) -> bool:
+        """Whether a call that returned ``result`` ends later than it returns: True once the role
+        has handed ``pending`` to what will end it (its span stays open; its context is detached).
+        Default: it ends now."""
+        return False
 
     def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
         """Child spans from a result, or from each item a generator yields (a role without a span that

@@ -9,7 +9,8 @@ from opentelemetry.context import Context
 
 from gym_instrument import semconv
 from gym_instrument.link.identity import RolloutIdentity
-from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Role, RoleCall
+from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Pending, Role, RoleCall
+from gym_instrument.role.read_result import hold
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.rules import identity_attributes
 
@@ -44,3 +45,8 @@ class DispatchRole(Role):
 
     def on_success(self, call: RoleCall, row: Any, result: Any) -> dict[str, Any]:
         return call.schema.dispatch_end_attributes(row, result)
+
+    def defer(self, call: RoleCall, pending: Pending, result: Any) -> bool:
+        # A response whose body (the rollout's result, its token totals) is read later: the read
+        # ends the span (role.read_result), or the response's collection when it is never read.
+        return call.schema.body_read_later(result) and hold(result, pending)

@@ -13,7 +13,14 @@ from typing import Any
 
 from gym_instrument.link.identity import RolloutIdentity, index_form, parse_index_form
 from gym_instrument.schema.fields import MISSING, field, index_value, is_a, rollout_id_string, task_id_of
-from gym_instrument.schema.rules import VerdictFacts, checks_of, numeric_reward, outcome_attributes, verdict_attributes
+from gym_instrument.schema.rules import (
+    VerdictFacts,
+    checks_of,
+    model_call_name_attributes,
+    numeric_reward,
+    outcome_attributes,
+    verdict_attributes,
+)
 
 
 class RolloutSchema:
@@ -49,6 +56,22 @@ class RolloutSchema:
     def dispatch_end_attributes(self, row: Any, result: Any) -> dict[str, Any]:
         """A dispatch's attributes from what it returned (a framework that names the rollout only at
         the end, or returns failures as data: ``error.type`` marks the call failed). Default: none."""
+        return {}
+
+    def body_read_later(self, result: Any) -> bool:
+        """Whether a dispatch returned a response whose body (the rollout's result, its token totals)
+        the framework reads after the call returned: the dispatch span then ends when that body is
+        read (a ``read_result`` target), or when the response is dropped unread. Default: never."""
+        return False
+
+    def model_call_request(self, request: Any) -> dict[str, Any]:
+        """A model call's operation and requested model, from its request
+        (:func:`~gym_instrument.schema.rules.model_call_name_attributes`); they name its span."""
+        return model_call_name_attributes(None, None)
+
+    def model_call_attributes(self, response: Any) -> dict[str, Any]:
+        """A model call's answer: response model, token counts, finish reasons
+        (:func:`~gym_instrument.schema.rules.model_call_result_attributes`). Default: none."""
         return {}
 
     def verify_attributes(self, request: Any, result: Any) -> dict[str, Any]:

@@ -125,6 +125,41 @@ VerdictName = tuple["str | None", "int | None", "int | None"]
 VerdictFacts = tuple[VerdictName, dict[str, Any]]
 
 
+def usage_attributes(input_tokens: Any, output_tokens: Any) -> dict[str, Any]:
+    """Token counts (GenAI ``gen_ai.usage.*``): each an int >= 0, omitted otherwise."""
+    attributes: dict[str, Any] = {}
+    for name, value in ((semconv.GEN_AI_INPUT_TOKENS, input_tokens), (semconv.GEN_AI_OUTPUT_TOKENS, output_tokens)):
+        count = index_value(value)
+        if count is not None:
+            attributes[name] = count
+    return attributes
+
+
+def model_call_name_attributes(operation: Any, request_model: Any) -> dict[str, Any]:
+    """A model call's operation and requested model (GenAI), which also name its span; names only."""
+    attributes: dict[str, Any] = {semconv.GEN_AI_OPERATION: rollout_id_string(operation) or semconv.GEN_AI_OPERATION_CHAT}
+    model = rollout_id_string(request_model)
+    if model is not None:
+        attributes[semconv.GEN_AI_REQUEST_MODEL] = model
+    return attributes
+
+
+def model_call_result_attributes(
+    response_model: Any, input_tokens: Any, output_tokens: Any, finish_reasons: Any
+) -> dict[str, Any]:
+    """A model call's answer (GenAI): the model that answered, its token counts and why it stopped
+    (names and counts only, never content)."""
+    attributes = usage_attributes(input_tokens, output_tokens)
+    model = rollout_id_string(response_model)
+    if model is not None:
+        attributes[semconv.GEN_AI_RESPONSE_MODEL] = model
+    if is_a(finish_reasons, (list, tuple)):
+        reasons = [reason for reason in (rollout_id_string(value) for value in finish_reasons[:64]) if reason is not None]
+        if reasons:
+            attributes[semconv.GEN_AI_FINISH_REASONS] = reasons
+    return attributes
+
+
 def _strict_bool(value: Any) -> bool | None:
     return value if type(value) is bool else None
 

@@ -11,8 +11,9 @@ ending of failed spans, and the health role's :func:`~gym_instrument.role.health
 with :class:`~gym_instrument.link.memory.DispatchLinks` to find each verdict's dispatch, so
 ``gym-instrument report`` reads a replayed run like a live one:
 
-- per row, ``gym.rollout.dispatch`` (a root span: its own trace) with ``gym.verify`` below it
-  when the row has a ``reward`` key; a failure row's dispatch has status ERROR and
+- per row, ``gym.rollout.dispatch`` (a root span: its own trace), with the rollout's token totals
+  when its row has them (``response.usage``), and ``gym.verify`` below it when the row has a
+  ``reward`` key; a failure row's dispatch has status ERROR and
   ``error.type`` = its ``_ng_failure_class`` (``cancelled`` for a drained row);
 - per verdict whose rollout was replayed, ``gym.rollout.health`` under that dispatch.
 
@@ -329,6 +330,9 @@ class Replayer:
         timing = TIMING_MEASURED if latency_ns is not None else TIMING_PLACEHOLDER
         counts.measured += latency_ns is not None
         counts.placeholders += latency_ns is None
+        if not failed:
+            # As live: the rollout's token totals (and model calls) from its result, which is the row.
+            attributes.update(_DISPATCH.on_success(call, row, row))
         attributes.update({REPLAYED: True, REPLAY_TIMING: timing})
         dispatch = self.tracer.start_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes, start_time=start)
         counts.dispatches += 1

@@ -1,5 +1,5 @@
-"""NeMo Gym (package ``nemo-gym``): the collector's dispatch, the resources servers' verify and
-the rollout-health pass, as a table of targets in the declarative form (data). Every target is
+"""NeMo Gym (package ``nemo-gym``): the collector's dispatch, the resources servers' verify, the
+model servers' model calls and the rollout-health pass, as a table of targets in the declarative form (data). Every target is
 optional: a NeMo Gym version without it is fine. How its rows, results and verdicts are read is
 its schema, beside it (``schema.py``)."""
 
@@ -45,6 +45,30 @@ PRESET: dict[str, Any] = {
             "path": "nemo_gym.rollout_collection:RolloutAggregationHelper.run_from_config",
             "role": "run",
             "schema": "nemo_gym",
+            "optional": True,
+        },
+        # The collector reads a /run response's body (the rollout's result, with its token usage)
+        # after the POST returned: the read ends the dispatch span with the rollout's totals. The
+        # collector imported the function by name, so its own module's name is patched too.
+        {"path": "nemo_gym.server_utils:get_response_json", "role": "read_result", "schema": "nemo_gym", "optional": True},
+        {"path": "nemo_gym.rollout_collection:get_response_json", "role": "read_result", "schema": "nemo_gym", "optional": True},
+        # Model calls, where a model server serves them: each server overrides these in its own
+        # subclass (the base class target reaches every override). A responses() that calls
+        # chat_completions() is one model call, one span.
+        {
+            "path": "nemo_gym.base_responses_api_model:SimpleResponsesAPIModel.responses",
+            "role": "model_call",
+            "row": "body",
+            "schema": "nemo_gym",
+            "framework": FRAMEWORK,
+            "optional": True,
+        },
+        {
+            "path": "nemo_gym.base_responses_api_model:SimpleResponsesAPIModel.chat_completions",
+            "role": "model_call",
+            "row": "body",
+            "schema": "nemo_gym",
+            "framework": FRAMEWORK,
             "optional": True,
         },
         # Newer releases only; imported lazily by the collector, so the module attribute is patched.

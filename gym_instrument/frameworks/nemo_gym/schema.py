@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -27,7 +27,16 @@ from gym_instrument.schema.fields import (
     rollout_id_string,
     task_id_of,
 )
-from gym_instrument.schema.rules import VerdictFacts, VerdictName, checks_of, outcome_attributes, verdict_attributes
+from gym_instrument.schema.rules import (
+    VerdictFacts,
+    VerdictName,
+    checks_of,
+    model_call_name_attributes,
+    model_call_result_attributes,
+    outcome_attributes,
+    usage_attributes,
+    verdict_attributes,
+)
 
 TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id", "task_name")
 # A verify request that has none of these carries no rollout id of its own.
@@ -74,6 +83,46 @@ def _verdict_name(verdict: Any) -> VerdictName:
         if value is not MISSING and value is not None and index_value(value) is None:
             return None, None, None  # not even through a bare "{task}-{rollout}" id beside them
     return rollout_id_string(field(verdict, "rollout_id")), index_value(task_index), index_value(rollout_index)
+
+
+# A Responses API answer's status (and its incomplete reason) as a GenAI finish reason.
+_FINISH_REASONS = {"completed": "stop", "max_output_tokens": "length", "content_filter": "content_filter", "failed": "error"}
+
+
+def _http_status(result: Any) -> int | None:
+    """The status of an HTTP response the collector's ``ServerClient.post`` returned (aiohttp's
+    ``ClientResponse``: an int ``status`` and a ``read()`` for its body); None for anything else."""
+    if result is None or isinstance(result, (Mapping, str, bytes)):
+        return None
+    try:
+        status = getattr(result, "status", None)
+        return status if type(status) is int and callable(getattr(result, "read", None)) else None
+    except Exception:
+        return None
+
+
+def _present(value: Any) -> bool:
+    return value is not MISSING and value is not None
+
+
+def _rollout_totals(body: Any) -> dict[str, Any]:
+    """A rollout result's token totals: ``response.usage`` (a flat row's result, summed by NeMo Gym
+    over the rollout's model calls), else ``result.usage`` or ``result.response.usage`` (a native
+    episode's); and the number of model calls when ``ng_trajectory.model_calls`` lists them."""
+    episode = field(body, "result")
+    usage = field(field(body, "response"), "usage")
+    if not _present(usage):
+        usage = field(episode, "usage")
+    if not _present(usage):
+        usage = field(field(episode, "response"), "usage")
+    attributes = usage_attributes(field(usage, "input_tokens"), field(usage, "output_tokens")) if _present(usage) else {}
+    trajectory = field(body, "ng_trajectory")
+    if not _present(trajectory):
+        trajectory = field(episode, "ng_trajectory")
+    calls = field(trajectory, "model_calls")
+    if is_a(calls, (list, tuple)) and calls:
+        attributes[semconv.ROLLOUT_MODEL_CALLS] = len(calls)
+    return attributes
 
 
 class NemoGymSchema(RolloutSchema):
@@ -143,6 +192,45 @@ class NemoGymSchema(RolloutSchema):
         if task_index is None or rollout_index is None:
             return None
         return index_form(task_index, rollout_index, index_value(field(request, "_ng_attempt_index")))
+
+    def dispatch_end_attributes(self, row: Any, result: Any) -> dict[str, Any]:
+        """The collector's ``/run`` returns an HTTP response: a status >= 400 fails the dispatch
+        (``error.type`` = the status); its body, read later (:meth:`body_read_later`), or a result a
+        dispatch returns itself, gives the rollout's token totals."""
+        status = _http_status(result)
+        if status is not None:
+            return {semconv.ERROR_TYPE: str(status)} if status >= 400 else {}
+        return _rollout_totals(result)
+
+    def body_read_later(self, result: Any) -> bool:
+        """The collector reads a ``/run`` response's body (``get_response_json``) after the POST returned."""
+        return _http_status(result) is not None
+
+    def model_call_request(self, request: Any) -> dict[str, Any]:
+        """A model server's ``/v1/responses`` or ``/v1/chat/completions`` request: its ``model``
+        (both are chat operations in the GenAI conventions)."""
+        return model_call_name_attributes(None, field(request, "model"))
+
+    def model_call_attributes(self, response: Any) -> dict[str, Any]:
+        """A Responses API answer (``usage.input_tokens`` / ``output_tokens``, ``status`` and
+        ``incomplete_details.reason``) or a chat completion (``usage.prompt_tokens`` /
+        ``completion_tokens``, each choice's ``finish_reason``)."""
+        usage = field(response, "usage")
+        choices = field(response, "choices")
+        if is_a(choices, (list, tuple)):
+            reasons = [field(choice, "finish_reason") for choice in choices[:64]]
+            return model_call_result_attributes(
+                field(response, "model"), field(usage, "prompt_tokens"), field(usage, "completion_tokens"), reasons
+            )
+        status = field(response, "status")
+        reason = field(field(response, "incomplete_details"), "reason")
+        finish = _FINISH_REASONS.get(reason if type(reason) is str else status) if is_a(status, str) else None
+        return model_call_result_attributes(
+            field(response, "model"),
+            field(usage, "input_tokens"),
+            field(usage, "output_tokens"),
+            [finish] if finish is not None else None,
+        )
 
     def result_attributes(self, result: Any) -> dict[str, Any]:
         """A verify response's ``reward``, ``mask_sample`` and ``failure_kind`` (or a bare number)."""

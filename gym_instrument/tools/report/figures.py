@@ -254,13 +254,13 @@ class InfraFailures:
 
 
 # Model calls (OpenTelemetry GenAI semantic conventions) and a rollout's token totals on its dispatch.
-GEN_AI_OPERATION = "gen_ai.operation.name"
-GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
-GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
-GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
-GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
-ROLLOUT_MODEL_CALLS = "nemo.gym.rollout.model_calls"
+GEN_AI_OPERATION = semconv.GEN_AI_OPERATION
+GEN_AI_REQUEST_MODEL = semconv.GEN_AI_REQUEST_MODEL
+GEN_AI_RESPONSE_MODEL = semconv.GEN_AI_RESPONSE_MODEL
+GEN_AI_INPUT_TOKENS = semconv.GEN_AI_INPUT_TOKENS
+GEN_AI_OUTPUT_TOKENS = semconv.GEN_AI_OUTPUT_TOKENS
+GEN_AI_FINISH_REASONS = semconv.GEN_AI_FINISH_REASONS
+ROLLOUT_MODEL_CALLS = semconv.ROLLOUT_MODEL_CALLS
 TOKEN_ROLLOUTS = 1_000_000  # rollouts whose tokens are kept for tokens against reward
 RECENT_DISPATCHES = 100_000  # dispatches remembered for the model-call spans read after them
 

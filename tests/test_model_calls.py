@@ -1,0 +1,300 @@
+"""Model calls and a rollout's token totals (NeMo Gym's schema): one GenAI CLIENT span per model call
+made in the model server, and the dispatch span's totals read from the rollout's result, whose
+body the collector reads after its POST returned. Real SDK, real wrapt, modules shaped like the
+wheel's (``SimpleResponsesAPIModel``, ``ServerClient.post``, ``get_response_json``)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib
+from typing import Any
+
+import pytest
+from opentelemetry import baggage, context
+from opentelemetry.trace import SpanKind, StatusCode
+
+from gym_instrument import Target, semconv
+from gym_instrument.frameworks import FRAMEWORKS
+
+NEMO_GYM = FRAMEWORKS["nemo_gym"].schema
+
+MODEL_SOURCE = '''
+class SimpleResponsesAPIModel:
+    async def responses(self, body=None):
+        raise NotImplementedError
+
+    async def chat_completions(self, body=None):
+        raise NotImplementedError
+
+
+class ScriptedModel(SimpleResponsesAPIModel):
+    """A model server whose responses() converts to chat_completions() (as vllm_model does)."""
+
+    def __init__(self):
+        self.answers = []
+        self.fail = None
+
+    async def chat_completions(self, body=None):
+        if self.fail is not None:
+            raise self.fail
+        answer = {
+            "model": "served-model",
+            "choices": [{"finish_reason": "stop", "message": {"content": "secret answer"}}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 4},
+        }
+        self.answers.append(answer)
+        return answer
+
+    async def responses(self, body=None):
+        completion = await self.chat_completions(body)
+        answer = {
+            "model": completion["model"],
+            "status": "completed",
+            "output": [{"content": "secret answer"}],
+            "usage": {"input_tokens": 11, "output_tokens": 4, "total_tokens": 15},
+        }
+        self.answers.append(answer)
+        return answer
+'''
+
+COLLECTOR_SOURCE = '''
+class Response:
+    """aiohttp's ClientResponse, as far as the collector uses it: a status and a body read later."""
+
+    def __init__(self, status, body):
+        self.status = status
+        self._body = body
+
+    async def read(self):
+        return self._body
+
+
+class ServerClient:
+    def __init__(self, bodies, status=200):
+        self.bodies = bodies
+        self.status = status
+
+    async def post(self, server_name, url_path, **kwargs):
+        return Response(self.status, self.bodies.pop(0))
+
+
+async def get_response_json(response):
+    return await response.read()
+'''
+
+
+def model_targets(module: str) -> list[Target]:
+    return [
+        Target(f"{module}:SimpleResponsesAPIModel.responses", "model_call", row_arg="body", schema=NEMO_GYM),
+        Target(f"{module}:SimpleResponsesAPIModel.chat_completions", "model_call", row_arg="body", schema=NEMO_GYM),
+    ]
+
+
+@pytest.fixture
+def model(make_module: Any, instrument: Any) -> Any:
+    def build(**settings: Any) -> Any:
+        name = make_module(MODEL_SOURCE)
+        instrument(targets=model_targets(name), **settings)
+        return importlib.import_module(name)
+
+    return build
+
+
+def in_rollout(coroutine_function: Any, rollout_id: str = "3-1") -> Any:
+    async def inside() -> Any:
+        token = context.attach(baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id))
+        try:
+            return await coroutine_function()
+        finally:
+            context.detach(token)
+
+    return asyncio.run(inside())
+
+
+def test_a_model_call_is_one_genai_client_span_named_by_operation_and_model(model: Any, telemetry: Any) -> None:
+    server = model().ScriptedModel()
+    answer = in_rollout(lambda: server.responses(body={"model": "policy", "input": "secret prompt"}))
+    assert answer is server.answers[-1]  # the same object
+    [span] = telemetry.spans()  # responses() calling chat_completions(): one model call, one span
+    assert span.name == "chat policy"
+    assert span.kind is SpanKind.CLIENT
+    assert dict(span.attributes) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "policy",
+        "gen_ai.response.model": "served-model",
+        "gen_ai.usage.input_tokens": 11,
+        "gen_ai.usage.output_tokens": 4,
+        "gen_ai.response.finish_reasons": ("stop",),
+        "nemo.gym.rollout.id": "3-1",
+    }
+    assert "secret" not in repr(dict(span.attributes))  # counts and names, never content
+
+
+def test_a_chat_completion_reads_its_prompt_and_completion_tokens(model: Any, telemetry: Any) -> None:
+    server = model().ScriptedModel()
+    in_rollout(lambda: server.chat_completions(body={"model": "policy", "messages": []}))
+    [span] = telemetry.spans()
+    assert span.name == "chat policy"
+    assert span.attributes["gen_ai.usage.input_tokens"] == 11
+    assert span.attributes["gen_ai.usage.output_tokens"] == 4
+    assert span.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+
+
+def test_a_request_that_names_no_model_is_named_by_its_operation(model: Any, telemetry: Any) -> None:
+    server = model().ScriptedModel()
+    asyncio.run(server.chat_completions(body={"messages": []}))
+    [span] = telemetry.spans()
+    assert span.name == "chat"
+    assert "gen_ai.request.model" not in span.attributes
+    assert "nemo.gym.rollout.id" not in span.attributes  # no rollout in the context
+
+
+def test_a_failed_model_call_raises_the_same_exception_and_says_its_type(model: Any, telemetry: Any) -> None:
+    server = model().ScriptedModel()
+    server.fail = failure = ConnectionError("backend down")
+    with pytest.raises(ConnectionError) as raised:
+        in_rollout(lambda: server.responses(body={"model": "policy"}))
+    assert raised.value is failure
+    [span] = telemetry.spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "ConnectionError"
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_model_calls_off_wraps_nothing(make_module: Any, instrument: Any, telemetry: Any, monkeypatch: Any, how: str) -> None:
+    name = make_module(MODEL_SOURCE)
+    module = importlib.import_module(name)
+    original = module.SimpleResponsesAPIModel.__dict__["responses"]
+    if how == "environment":
+        monkeypatch.setenv("OTEL_PYTHON_GYM_MODEL_CALLS", "false")
+        instrument(targets=model_targets(name))
+    else:
+        instrument(targets=model_targets(name), model_calls=False)
+    assert module.SimpleResponsesAPIModel.__dict__["responses"] is original
+    asyncio.run(module.ScriptedModel().responses(body={"model": "policy"}))
+    assert telemetry.spans() == []
+
+
+# -- a rollout's totals on its dispatch ---------------------------------------------------------
+
+
+@pytest.fixture
+def collector(make_module: Any, instrument: Any) -> Any:
+    name = make_module(COLLECTOR_SOURCE)
+    instrument(
+        targets=[
+            Target(f"{name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+            Target(f"{name}:get_response_json", "read_result", schema=NEMO_GYM),
+        ]
+    )
+    return importlib.import_module(name)
+
+
+ROW = {"_ng_task_index": 2, "_ng_rollout_index": 0, "agent_ref": {"name": "agent"}}
+USAGE = {"input_tokens": 120, "output_tokens": 35, "total_tokens": 155}
+
+
+def collect(module: Any, body: Any, status: int = 200, read: bool = True) -> Any:
+    """The collector's closure: POST the row to /run, then read the response's body."""
+
+    async def closure() -> Any:
+        response = await module.ServerClient([body], status).post(server_name="agent", url_path="/run", json=ROW)
+        return await module.get_response_json(response) if read else None
+
+    return asyncio.run(closure())
+
+
+def test_the_dispatch_carries_the_rollouts_token_totals_once_its_body_is_read(collector: Any, telemetry: Any) -> None:
+    body = {"reward": 1.0, "response": {"usage": USAGE}, "ng_trajectory": {"model_calls": [{}, {}, {}]}}
+    assert collect(collector, body) is body
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert span.attributes["nemo.gym.rollout.id"] == "2-0"
+    assert span.attributes["gen_ai.usage.input_tokens"] == 120
+    assert span.attributes["gen_ai.usage.output_tokens"] == 35
+    assert span.attributes["nemo.gym.rollout.model_calls"] == 3
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_the_dispatch_stays_open_until_its_body_is_read(collector: Any, telemetry: Any) -> None:
+    async def closure() -> Any:
+        response = await collector.ServerClient([{"response": {"usage": USAGE}}]).post(
+            server_name="agent", url_path="/run", json=ROW
+        )
+        before = telemetry.spans("gym.rollout.dispatch")
+        await collector.get_response_json(response)
+        return before
+
+    assert asyncio.run(closure()) == []
+    assert len(telemetry.spans("gym.rollout.dispatch")) == 1
+
+
+def test_no_model_calls_count_without_a_trajectory_that_lists_them(collector: Any, telemetry: Any) -> None:
+    collect(collector, {"response": {"usage": USAGE}, "ng_trajectory": {"model_calls": []}})
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert "nemo.gym.rollout.model_calls" not in span.attributes
+    assert span.attributes["gen_ai.usage.input_tokens"] == 120
+
+
+def test_a_native_episodes_totals_come_from_its_result(collector: Any, telemetry: Any) -> None:
+    collect(collector, {"episode_id": {"rollout_id": "2-0"}, "result": {"usage": USAGE}})
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert span.attributes["gen_ai.usage.output_tokens"] == 35
+
+
+def test_a_failed_run_ends_at_once_with_its_status(collector: Any, telemetry: Any) -> None:
+    collect(collector, {"detail": "boom"}, status=500, read=False)
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "500"
+    assert "gen_ai.usage.input_tokens" not in span.attributes
+
+
+def test_a_body_never_read_still_ends_its_dispatch(collector: Any, telemetry: Any) -> None:
+    collect(collector, {"response": {"usage": USAGE}}, read=False)
+    gc.collect()  # the response is dropped unread
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert "gen_ai.usage.input_tokens" not in span.attributes
+    assert span.attributes["nemo.gym.rollout.id"] == "2-0"
+
+
+class _RaisingSchema(type(NEMO_GYM)):  # type: ignore[misc]
+    """A framework's schema that fails on every model call's request and answer."""
+
+    def model_call_request(self, request: Any) -> dict[str, Any]:
+        raise RuntimeError("request rules broken")
+
+    def model_call_attributes(self, response: Any) -> dict[str, Any]:
+        raise RuntimeError("answer rules broken")
+
+
+def test_a_schema_that_fails_never_reaches_the_model_server(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    name = make_module(MODEL_SOURCE)
+    schema = _RaisingSchema()
+    instrument(targets=[Target(f"{name}:SimpleResponsesAPIModel.responses", "model_call", row_arg="body", schema=schema)])
+    server = importlib.import_module(name).ScriptedModel()
+    answer = asyncio.run(server.responses(body={"model": "policy"}))
+    assert answer is server.answers[-1]
+    [span] = telemetry.spans()  # the span still ends, without the attributes the schema could not give
+    assert span.kind is SpanKind.CLIENT
+    assert "gen_ai.usage.input_tokens" not in span.attributes
+
+
+def outcomes(telemetry: Any) -> dict[str, int]:
+    return {point.attributes["outcome"]: point.value for point in telemetry.metric_points("gym.rollout.dispatches")}
+
+
+def test_a_deferred_dispatch_is_counted_once_by_its_outcome(collector: Any, telemetry: Any) -> None:
+    collect(collector, {"response": {"usage": USAGE}})
+    collect(collector, {"detail": "boom"}, status=503, read=False)
+    assert outcomes(telemetry) == {"ok": 1, "error": 1}
+
+
+def test_reading_a_body_that_no_dispatch_waits_for_changes_nothing(collector: Any, telemetry: Any) -> None:
+    async def verify_hop() -> Any:
+        response = await collector.ServerClient([{"reward": 1.0}]).post(server_name="resources", url_path="/verify", json={})
+        return response, await collector.get_response_json(response)
+
+    response, body = asyncio.run(verify_hop())
+    assert body is response._body
+    assert telemetry.spans() == []
