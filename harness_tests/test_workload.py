@@ -125,7 +125,12 @@ def test_gym_runs_full_s_environment_with_contrib_s_http_instrumentations_left_u
 
     full = workload.configuration_env("full", BASE)
     gym = workload.configuration_env("gym", BASE)
-    assert gym == {**full, "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "aiohttp-client,fastapi"}
-    assert GymConfig.resolve({}, environ=gym) == GymConfig.resolve({}, environ=full)  # the package's settings: the same
+    assert gym == {
+        **full,
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "aiohttp-client,fastapi",
+        "OTEL_PYTHON_GYM_SERVER_TELEMETRY": "false",
+    }
+    # The package's settings: full's, but FastAPI's own telemetry off (the cheapest run docs/nemo-gym.md describes).
+    assert GymConfig.resolve({}, environ=gym) == GymConfig.resolve({"server_telemetry": False}, environ=full)
     assert "gym" in workload.RAY_WITHOUT_LAUNCHER and "gym" not in workload.DEFAULT_CONFIGURATIONS
     assert ("gym", "none") in workload.RATIOS
