@@ -79,6 +79,11 @@ class Target:
         path, separator, role = spec.strip().rpartition("=")
         if not separator:
             raise ValueError(f"target {spec.strip()!r}: expected 'package.module:Qualified.name=role'")
+        if "@" in role:  # schema names are known above this layer
+            raise ValueError(
+                f"target {spec.strip()!r}: a schema after the role is read by instrument(targets=[...]) and"
+                " OTEL_PYTHON_GYM_TARGETS; a Target takes schema="
+            )
         return cls(path.strip(), role.strip())
 
     def __str__(self) -> str:
