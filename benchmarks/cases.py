@@ -48,10 +48,11 @@ from gym_instrument.record.metrics import tallies_for
 
 HERE = Path(__file__).resolve().parent
 
-POST = Target("workload:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json")
-SEND_ROW = Target("workload:send_row", "dispatch")
-VERIFY = Target("workload:SimpleResourcesServer.verify", "verify", row_arg="body")
-HEALTH = Target("workload:run_health_checks", "health")
+# The workload is shaped like NeMo Gym's (its _ng_* fields): its targets name NeMo Gym's schema.
+POST = Target("workload:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=SCHEMA)
+SEND_ROW = Target("workload:send_row", "dispatch", schema=SCHEMA)
+VERIFY = Target("workload:SimpleResourcesServer.verify", "verify", row_arg="body", schema=SCHEMA)
+HEALTH = Target("workload:run_health_checks", "health", schema=SCHEMA)
 
 # The originals, kept before anything is instrumented: the bare calls of case B.
 BARE_SEND_ROW = workload.send_row
@@ -1260,7 +1261,7 @@ def case_hops(sizes: Sizes) -> list[Row]:
     rows: list[Row] = []
     bare_request_us = _loopback_request_us(max(50, sizes.calls // 20))
     with instrumented(
-        [Target("hops:request", "inject", schema=SCHEMA), Target("hops:RequestResponseCycle.run_asgi", "receive")],
+        [Target("hops:request", "inject", schema=SCHEMA), Target("hops:RequestResponseCycle.run_asgi", "receive", schema=SCHEMA)],
         tracer_provider=provider,
     ):
         injecting, extracting = hops.request, hops.RequestResponseCycle.run_asgi

@@ -28,9 +28,9 @@ ROLLOUTS_FILE = "rollouts.jsonl"
 REPORT_FILE = "report.html"
 TARGETS = ",".join(
     [
-        "rollout_pipeline:Collector.dispatch=dispatch",
-        "rollout_pipeline:ResourcesServer.verify=verify",
-        "rollout_pipeline:run_health_checks=health",
+        "rollout_pipeline:Collector.dispatch=dispatch@nemo_gym",
+        "rollout_pipeline:ResourcesServer.verify=verify@nemo_gym",
+        "rollout_pipeline:run_health_checks=health@nemo_gym",
     ]
 )
 

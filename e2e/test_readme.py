@@ -53,8 +53,8 @@ COLLECTOR_PORT = 4318  # OTLP/HTTP's default port
 # What an OTLP exporter prints when it has nowhere to send (the quick start must never show them).
 EXPORT_TROUBLE = ("Failed to export", "Connection refused", "Transient error", "Max retries exceeded")
 PIPELINE_TARGETS = (
-    "rollout_pipeline:Collector.dispatch=dispatch,rollout_pipeline:ResourcesServer.verify=verify,"
-    "rollout_pipeline:run_health_checks=health"
+    "rollout_pipeline:Collector.dispatch=dispatch@nemo_gym,rollout_pipeline:ResourcesServer.verify=verify@nemo_gym,"
+    "rollout_pipeline:run_health_checks=health@nemo_gym"
 )
 
 

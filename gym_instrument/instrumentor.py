@@ -38,9 +38,10 @@ On code you own, the same roles as decorators::
     async def run_rollout(row): ...
 
 Arguments of ``instrument()``: ``tracer_provider``, ``meter_provider``, ``targets`` (Target
-objects, ``"module:Qualified.name=role"`` strings or mappings of the declarative form, on top of
-the presets), ``config`` (targets in the declarative form: a TOML or JSON file, its text, or a
-mapping; see ``gym_instrument.config.declare``), ``presets`` (default ``["nemo_gym", "verifiers", "inspect_ai"]``,
+objects, ``"module:Qualified.name=role"`` strings, ``"...=role@nemo_gym"`` to read a framework's
+fields instead of the common names, or mappings of the declarative form, on top of the presets),
+``config`` (targets in the declarative form: a TOML or JSON file, its text, or a mapping; see
+``gym_instrument.config.declare``), ``presets`` (default ``["nemo_gym", "verifiers", "inspect_ai"]``,
 each armed only when its framework is imported; ``"none"`` arms none), ``extractors`` (role -> callables),
 ``replace_default_extractors`` (roles whose defaults your extractors replace), ``link_capacity``
 (dispatch span contexts remembered for their health verdicts, default 1,000,000) and

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gym_instrument import GymInstrumentor, Target
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA as NEMO_GYM
 
 DATA = Path(__file__).parent / "data"
 
@@ -169,13 +170,13 @@ def pipeline(make_module: Callable[..., str], instrument: Callable[..., GymInstr
     name = make_module()
     instrument(
         targets=[
-            Target(f"{name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
-            Target(f"{name}:ServerClient.post_sync", "dispatch", when={"url_path": "/run"}, row_arg="json"),
-            Target(f"{name}:SimpleResourcesServer.verify", "verify"),
-            f"{name}:Agent.run=dispatch",
-            f"{name}:run_health_checks=health",
-            f"{name}:send_row=dispatch",
-            f"{name}:score=verify",
+            Target(f"{name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+            Target(f"{name}:ServerClient.post_sync", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+            Target(f"{name}:SimpleResourcesServer.verify", "verify", schema=NEMO_GYM),
+            f"{name}:Agent.run=dispatch@nemo_gym",
+            f"{name}:run_health_checks=health@nemo_gym",
+            f"{name}:send_row=dispatch@nemo_gym",
+            f"{name}:score=verify@nemo_gym",
         ]
     )
     return importlib.import_module(name)

@@ -301,3 +301,78 @@ def test_a_decorator_reads_the_common_field_names_not_nemo_gyms(instrument: Any,
         semconv.ROLLOUT_ID: "1-0",
     }
     assert dict(second.attributes) == {semconv.TASK_ID: "u"}
+
+
+USER_LOOP = """
+def run_episode(row):
+    return {"reward": 1.0}
+
+
+def score(request):
+    return {"reward": 0.5}
+"""
+
+
+def test_a_users_own_function_reads_the_common_field_names_by_default(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    """A plain decorator and a target that names no schema read ``task_id``, ``repeat`` and
+    ``rollout_id``, never NeMo Gym's ``_ng_*`` fields; ``@nemo_gym`` after the role reads those."""
+    import gym_instrument
+
+    name = make_module(USER_LOOP)
+    instrument(targets=[f"{name}:run_episode=dispatch", f"{name}:score=verify"])
+    loop = importlib.import_module(name)
+
+    @gym_instrument.dispatch
+    def decorated(row: Any) -> Any:
+        return loop.score({"rollout_id": row.get("rollout_id")})
+
+    user_row = {"task_id": "maze-3", "task_index": 3, "repeat": 1, "rollout_id": "maze-3-r1"}
+    nemo_row = {"task_id": "maze-4", "_ng_task_index": 4, "_ng_rollout_index": 0, "_ng_rollout_id": "ng-4-0"}
+    for row in (user_row, nemo_row):
+        decorated(row)
+        loop.run_episode(row)
+    expected_user = {
+        semconv.TASK_ID: "maze-3",
+        semconv.TASK_INDEX: 3,
+        semconv.ROLLOUT_REPEAT: 1,
+        semconv.ROLLOUT_ID: "maze-3-r1",
+    }
+    assert [dict(span.attributes) for span in telemetry.spans(semconv.SPAN_DISPATCH)] == [
+        expected_user,
+        expected_user,
+        {semconv.TASK_ID: "maze-4"},  # no _ng_* field read
+        {semconv.TASK_ID: "maze-4"},
+    ]
+    assert [span.attributes.get(semconv.ROLLOUT_ID) for span in telemetry.spans(semconv.SPAN_VERIFY)] == ["maze-3-r1", None]
+
+    # The same function, its target naming NeMo Gym's schema in the short form.
+    telemetry.clear()
+    gym_instrument.GymInstrumentor().uninstrument()
+    instrument(targets=[f"{name}:run_episode=dispatch@nemo_gym"])
+    loop.run_episode(nemo_row)
+    (dispatch,) = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert dict(dispatch.attributes) == {
+        semconv.TASK_ID: "maze-4",
+        semconv.TASK_INDEX: 4,
+        semconv.ROLLOUT_REPEAT: 0,
+        semconv.ROLLOUT_ID: "ng-4-0",
+    }
+
+
+def test_the_short_form_names_a_schema() -> None:
+    from gym_instrument.config.settings import parse_target
+    from gym_instrument.frameworks import FRAMEWORKS
+
+    assert parse_target("a.b:C.d=dispatch").schema is None  # the generic schema, handed down
+    assert parse_target(" a.b:C.d = dispatch @ nemo_gym ").schema is FRAMEWORKS["nemo_gym"].schema
+    assert parse_target("a.b:f=verify@generic").schema is GENERIC
+    with pytest.raises(ValueError, match=r"target 'a.b:f=dispatch@nemo': schema: unknown schema 'nemo'; expected nemo_gym"):
+        parse_target("a.b:f=dispatch@nemo")
+
+
+def test_every_preset_target_names_its_schema() -> None:
+    from gym_instrument.frameworks import FRAMEWORKS
+
+    for framework in FRAMEWORKS.values():
+        for target in framework.preset["targets"]:
+            assert "schema" in target, (framework.name, target["path"])

@@ -83,6 +83,7 @@ WHAT_DOES_NOTHING = """
 [[targets]]
 path = "{module}:run_episod"
 role = "dispatch"
+schema = "nemo_gym"
 
 [[targets]]
 path = "{module}:run_episode"
@@ -119,4 +120,5 @@ def test_it_imports_each_target_and_names_what_would_do_nothing(
     assert "  extractor json:dumps" in out  # extractors by their import path
     assert f"target {module}:run_episode: no start rule names its rollout" in out
     assert "a script's own functions (module __main__) are defined after instrumentation starts" in out
-    assert err.strip() == "6 problem(s)" and "Traceback" not in out
+    assert "target __main__:run_episode: no start rule names its rollout" in out  # (no schema: the generic one)
+    assert err.strip() == "7 problem(s)" and "Traceback" not in out

@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 # The pipeline's one request function, whose requests carry the context (a no-op while contrib's client instrumentation is on).
-INJECT = f"{MODULE}:request=inject"
+INJECT = f"{MODULE}:request=inject@nemo_gym"
 # FastAPI's own spans (0.165 and later): its server span ("POST /run") and its operation spans.
 FASTAPI_NATIVE = ("POST ", "fastapi.")
 
@@ -79,7 +79,7 @@ def run_pipeline(tmp_path: Path, baggage: str, http: str = "contrib") -> tuple[l
         try:
             resources_port, agent_port = free_port(), free_port()
             for name, factory, port, targets, extra in (
-                ("resources", "resources_app", resources_port, f"{MODULE}:ResourcesServer.verify=verify", {}),
+                ("resources", "resources_app", resources_port, f"{MODULE}:ResourcesServer.verify=verify@nemo_gym", {}),
                 ("agent", "agent_app", agent_port, INJECT, {"RESOURCES_URL": f"http://127.0.0.1:{resources_port}"}),
             ):
                 log = tmp_path / f"{name}.log"
@@ -111,7 +111,7 @@ def run_pipeline(tmp_path: Path, baggage: str, http: str = "contrib") -> tuple[l
                     str(TASKS),
                     str(REPEATS),
                 ],
-                env=environment(receiver, "collector", f"{MODULE}:ServerClient.post=dispatch,{INJECT}", baggage, http),
+                env=environment(receiver, "collector", f"{MODULE}:ServerClient.post=dispatch@nemo_gym,{INJECT}", baggage, http),
                 capture_output=True,
                 text=True,
                 timeout=120,

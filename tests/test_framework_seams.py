@@ -22,6 +22,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, Trace
 from pydantic import BaseModel
 
 from gym_instrument import semconv
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA as NEMO_GYM
 
 # A user extractor sends every call through the general path; none keeps the role's defaults only.
 PATHS = pytest.mark.parametrize("extractors", [(), (lambda call: {"test.extra": True},)], ids=["defaults", "extractors"])
@@ -59,7 +60,7 @@ def relay(make_module: Any, instrument: Any) -> Callable[[tuple[Any, ...]], Any]
 
         name = make_module(RELAY_SOURCE)
         instrument(
-            targets=[Target(f"{name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json")],
+            targets=[Target(f"{name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM)],
             extractors={"dispatch": list(extractors)},
         )
         return importlib.import_module(name)
@@ -176,7 +177,7 @@ def verify_app(make_module: Any, instrument: Any, telemetry: Any) -> Callable[..
         extractors: tuple[Any, ...], gym_telemetry: bool, outcome: str, gym_attributes: dict[str, Any] | None = None
     ) -> TestClient:
         name = make_module(SERVER_SOURCE)
-        instrument(targets=[f"{name}:SimpleResourcesServer.verify=verify"], extractors={"verify": list(extractors)})
+        instrument(targets=[f"{name}:SimpleResourcesServer.verify=verify@nemo_gym"], extractors={"verify": list(extractors)})
         module = importlib.import_module(name)
 
         class McqaServer(module.SimpleResourcesServer):  # the server's app.py, defined after instrumenting

@@ -40,7 +40,7 @@ def test_a_health_target_whose_module_is_absent_remembers_no_dispatch(
     health = {"path": "gym_absent_5c1e.rollout_health:judge", "role": "health", "optional": True}
     monkeypatch.setitem(FRAMEWORKS, "absent_health", Framework("absent_health", {"targets": [health]}, GENERIC))
     name = make_module(ROLLOUTS)
-    instrument(presets="absent_health", targets=[f"{name}:send_row=dispatch"], link_capacity=1)
+    instrument(presets="absent_health", targets=[f"{name}:send_row=dispatch@nemo_gym"], link_capacity=1)
     module = importlib.import_module(name)
     for row in rows(3):
         module.send_row(row)
@@ -56,7 +56,7 @@ def test_the_nemo_gym_preset_without_its_health_module_remembers_no_dispatch(
     if check_importable(health) is None:
         pytest.skip(f"{health.module} is installed here")
     name = make_module(ROLLOUTS)
-    instrument(presets="nemo_gym", targets=[f"{name}:send_row=dispatch"])
+    instrument(presets="nemo_gym", targets=[f"{name}:send_row=dispatch@nemo_gym"])
     module = importlib.import_module(name)
     for row in rows(3):
         module.send_row(row)
@@ -72,7 +72,7 @@ def test_a_health_target_whose_module_exists_remembers_and_its_verdicts_are_chil
     health = {"path": f"{judge}:judge", "role": "health", "optional": True}
     monkeypatch.setitem(FRAMEWORKS, "present_health", Framework("present_health", {"targets": [health]}, GENERIC))
     name = make_module(ROLLOUTS)
-    instrument(presets="present_health", targets=[f"{name}:send_row=dispatch"])
+    instrument(presets="present_health", targets=[f"{name}:send_row=dispatch@nemo_gym"])
     module = importlib.import_module(name)
     for row in rows(2):
         module.send_row(row)
@@ -103,9 +103,9 @@ def test_a_second_instrument_adds_its_targets_and_extractors(
     """As under the launcher: the first call armed what the environment named, the script's call
     adds to it instead of being dropped with "Attempting to instrument while already instrumented"."""
     name = make_module(ROLLOUTS)
-    instrument(targets=[f"{name}:send_row=dispatch"])
+    instrument(targets=[f"{name}:send_row=dispatch@nemo_gym"])
     with caplog.at_level(logging.INFO):
-        GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch"], extractors={"dispatch": [attempt_of]})
+        GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch@nemo_gym"], extractors={"dispatch": [attempt_of]})
     assert not [record for record in caplog.records if "already instrumented" in record.getMessage()]
     module = importlib.import_module(name)
     first, repeat = rows(2)
@@ -127,9 +127,9 @@ def test_a_reference_taken_before_a_second_call_stays_traced_with_its_extractors
     extractor added by the second call."""
     name = make_module(ROLLOUTS)
     module = importlib.import_module(name)
-    instrument(targets=[f"{name}:send_row=dispatch"])
+    instrument(targets=[f"{name}:send_row=dispatch@nemo_gym"])
     taken = module.send_row
-    GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch"], extractors={"dispatch": [attempt_of]})
+    GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch@nemo_gym"], extractors={"dispatch": [attempt_of]})
     assert module.send_row is taken
     first, repeat = rows(2)
     assert taken(first) == first
@@ -145,9 +145,9 @@ def test_a_second_call_without_a_preset_puts_its_targets_back(make_module: Any, 
     name = make_module(ROLLOUTS)
     module = importlib.import_module(name)
     original = module.send_row
-    instrument(targets=[f"{name}:send_row=dispatch"])
+    instrument(targets=[f"{name}:send_row=dispatch@nemo_gym"])
     taken = module.send_row
-    GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch"])
+    GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch@nemo_gym"])
     # Code targets of a second call add to the first call's: send_row stays armed.
     assert module.send_row is taken
     GymInstrumentor().uninstrument()
@@ -160,8 +160,8 @@ def test_uninstrument_undoes_what_every_call_armed(make_module: Any, instrument:
     name = make_module(ROLLOUTS)
     module = importlib.import_module(name)
     originals = (module.send_row, module.send_other)
-    instrument(targets=[f"{name}:send_row=dispatch"])
-    GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch"], extractors={"dispatch": [attempt_of]})
+    instrument(targets=[f"{name}:send_row=dispatch@nemo_gym"])
+    GymInstrumentor().instrument(targets=[f"{name}:send_other=dispatch@nemo_gym"], extractors={"dispatch": [attempt_of]})
     assert module.send_row is not originals[0] and module.send_other is not originals[1]
     GymInstrumentor().uninstrument()
     assert module.send_row is originals[0] and module.send_other is originals[1]
@@ -176,9 +176,11 @@ def test_a_bad_argument_in_a_second_call_raises_and_the_running_instrumentation_
 ) -> None:
     name = make_module(ROLLOUTS)
     module = importlib.import_module(name)
-    instrument(targets=[f"{name}:send_row=dispatch"])
+    instrument(targets=[f"{name}:send_row=dispatch@nemo_gym"])
     with pytest.raises(ValueError, match="has no attribute"):
-        GymInstrumentor().instrument(targets=[f"{name}:no_such_function=dispatch"], extractors={"dispatch": [attempt_of]})
+        GymInstrumentor().instrument(
+            targets=[f"{name}:no_such_function=dispatch@nemo_gym"], extractors={"dispatch": [attempt_of]}
+        )
     assert GymInstrumentor().is_instrumented_by_opentelemetry
     module.send_row(rows(1)[0])
     (span,) = telemetry.spans(semconv.SPAN_DISPATCH)
@@ -189,14 +191,16 @@ def test_a_second_call_applies_its_providers_and_keeps_the_remembered_dispatches
     make_module: Any, instrument: Any, telemetry: Any
 ) -> None:
     judge, name = make_module(JUDGE), make_module(ROLLOUTS)
-    instrument(targets=[f"{name}:send_row=dispatch", f"{judge}:judge=health"])
+    instrument(targets=[f"{name}:send_row=dispatch@nemo_gym", f"{judge}:judge=health@nemo_gym"])
     module = importlib.import_module(name)
     module.send_row(rows(1)[0])  # remembered, awaiting its verdict
 
     script = Telemetry()
     try:
         GymInstrumentor().instrument(
-            tracer_provider=script.tracer_provider, meter_provider=script.meter_provider, targets=[f"{name}:send_other=dispatch"]
+            tracer_provider=script.tracer_provider,
+            meter_provider=script.meter_provider,
+            targets=[f"{name}:send_other=dispatch@nemo_gym"],
         )
         module.send_other(rows(2)[1])
         importlib.import_module(judge).judge([{"task_index": 3, "rollout_index": 0}])

@@ -23,6 +23,7 @@ import pytest
 
 from gym_instrument import semconv
 from gym_instrument.compat import span_context
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA as NEMO_GYM
 from gym_instrument.link.files import FOLDER, SUFFIX, LinkFiles
 from gym_instrument.link.identity import RolloutIdentity
 from tests.crossprocess import run_pipeline
@@ -242,9 +243,9 @@ def test_in_the_dispatching_process_a_pass_reads_memory_and_a_second_adds_nothin
     pipeline = "tests.crossprocess.run_pipeline"
     instrument(
         targets=[
-            Target(f"{pipeline}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
-            f"{pipeline}:RolloutCollectionHelper.run_from_config=run",
-            f"{pipeline}:run_health_checks=health",
+            Target(f"{pipeline}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+            f"{pipeline}:RolloutCollectionHelper.run_from_config=run@nemo_gym",
+            f"{pipeline}:run_health_checks=health@nemo_gym",
         ]
     )
     output = tmp_path / "rollouts.jsonl"
@@ -276,9 +277,9 @@ def test_a_duplicate_verdict_of_a_rollout_found_in_memory_does_not_find_an_older
     pipeline = "tests.crossprocess.run_pipeline"
     instrument(
         targets=[
-            Target(f"{pipeline}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
-            f"{pipeline}:RolloutCollectionHelper.run_from_config=run",
-            f"{pipeline}:run_health_checks=health",
+            Target(f"{pipeline}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+            f"{pipeline}:RolloutCollectionHelper.run_from_config=run@nemo_gym",
+            f"{pipeline}:run_health_checks=health@nemo_gym",
         ]
     )
     asyncio.run(

@@ -220,7 +220,7 @@ def test_health_spans_without_metrics(make_module: Any, instrument: Any, telemet
     import importlib
 
     name = make_module()
-    instrument(meter_provider=None, targets=[f"{name}:send_row=dispatch", f"{name}:run_health_checks=health"])
+    instrument(meter_provider=None, targets=[f"{name}:send_row=dispatch@nemo_gym", f"{name}:run_health_checks=health@nemo_gym"])
     module = importlib.import_module(name)
     module.send_row({"_ng_task_index": 1, "_ng_rollout_index": 1})
     module.run_health_checks([{"task_index": 1, "rollout_index": 1, "verdict": "healthy"}])
@@ -235,7 +235,7 @@ def test_capacity_evicts_oldest_and_logs_once(
 
     GymInstrumentor().uninstrument()
     name = pipeline_module.__name__
-    instrument(targets=[f"{name}:send_row=dispatch", f"{name}:run_health_checks=health"], link_capacity=3)
+    instrument(targets=[f"{name}:send_row=dispatch@nemo_gym", f"{name}:run_health_checks=health@nemo_gym"], link_capacity=3)
     with caplog.at_level(logging.WARNING, logger="gym_instrument"):
         for rollout in range(5):
             pipeline_module.send_row({"_ng_task_index": 0, "_ng_rollout_index": rollout})
@@ -305,7 +305,7 @@ def test_dispatches_are_remembered_only_when_a_health_function_is_instrumented(
 
     monkeypatch.setattr(ENGINE, "health_decorated", False)  # whatever other tests decorated
     name = make_module()
-    instrument(targets=[f"{name}:send_row=dispatch"], link_capacity=1)
+    instrument(targets=[f"{name}:send_row=dispatch@nemo_gym"], link_capacity=1)
     module = __import__(name)
     with caplog.at_level(logging.WARNING, logger="gym_instrument"):
         for rollout in range(3):
@@ -323,7 +323,7 @@ def test_a_health_decorated_function_finds_dispatches_of_instrumented_targets(
 
     monkeypatch.setattr(ENGINE, "health_decorated", False)
     name = make_module()
-    instrument(targets=[f"{name}:send_row=dispatch"])
+    instrument(targets=[f"{name}:send_row=dispatch@nemo_gym"])
     module = __import__(name)
 
     @gym_instrument.health

@@ -28,6 +28,41 @@ def test_rewarded_total_counts_verifies_with_a_reward(pipeline: Any, telemetry: 
     assert dict(point.attributes) == {}
 
 
+def test_rewarded_total_counts_rollouts_not_verifies(pipeline: Any, telemetry: Any) -> None:
+    # A multi-step rollout scores every step: counted once, at its first rewarded step.
+    for step, reward in enumerate((0.0, 0.5, 1.0)):
+        pipeline.score({"_ng_rollout_id": "episode-a", "step": step, "result": {"reward": reward}})
+    pipeline.score({"_ng_rollout_id": "episode-b", "result": {"reward": 1.0, "mask_sample": True}})  # not rewarded
+    pipeline.score({"_ng_rollout_id": "episode-b", "result": {"reward": 1.0}})  # its first rewarded step
+    pipeline.score({"_ng_rollout_id": "episode-b", "result": {"reward": 1.0}})
+    for _ in range(2):  # no rollout id: each verify counts, as it can name no rollout
+        pipeline.score({"result": {"reward": 1.0}})
+    assert len(telemetry.spans(semconv.SPAN_VERIFY)) == 8
+    (point,) = telemetry.metric_points(semconv.METRIC_REWARDED)
+    assert point.value == 4
+
+
+def test_a_verify_that_failed_is_not_counted_as_rewarded(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    from gym_instrument import Target
+
+    def failed_with_a_reward(call: Any) -> dict[str, Any]:  # a scorer that reports its failure as data
+        return {semconv.ROLLOUT_REWARD: 0.0, semconv.ERROR_TYPE: "timeout"}
+
+    name = make_module()
+    instrument(targets=[Target(f"{name}:score", "verify", extractors=[failed_with_a_reward])])
+    importlib.import_module(name).score({"result": {"reward": 1.0}})
+    (span,) = telemetry.spans(semconv.SPAN_VERIFY)
+    assert span.attributes[semconv.ERROR_TYPE] == "timeout"
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == 0
+
+
+def test_the_rewarded_rollouts_remembered_are_bounded() -> None:
+    from gym_instrument.record.metrics import RewardedRollouts
+
+    rewarded = RewardedRollouts(capacity=2)
+    assert [rewarded.first(rollout_id) for rollout_id in ("a", "b", "a", "c", "b", "a")] == [True, True, False, True, False, True]
+
+
 def test_dispatches_by_outcome(pipeline: Any, telemetry: Any) -> None:
     client = pipeline.ServerClient()
 

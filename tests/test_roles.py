@@ -109,7 +109,7 @@ def kinds(make_module: Any, instrument: Any) -> Any:
     name = make_module(KINDS_SOURCE)
     instrument(
         targets=[
-            f"{name}:{function}=dispatch"
+            f"{name}:{function}=dispatch@nemo_gym"
             for function in (
                 "sync_dispatch",
                 "async_dispatch",
@@ -367,7 +367,9 @@ def test_extractor_arguments_bind_self_and_cls(make_module: Any, instrument: Any
     seen: list[dict[str, Any]] = []
     name = make_module(KINDS_SOURCE)
     instrument(
-        targets=[f"{name}:Holder.{function}=dispatch" for function in ("method_dispatch", "class_dispatch", "static_dispatch")],
+        targets=[
+            f"{name}:Holder.{function}=dispatch@nemo_gym" for function in ("method_dispatch", "class_dispatch", "static_dispatch")
+        ],
         extractors={"dispatch": [lambda call: seen.append(call.arguments)]},
     )
     module = importlib.import_module(name)
@@ -403,7 +405,7 @@ def test_no_sdk_extracts_nothing(make_module: Any, instrument: Any, telemetry: A
     name = make_module(KINDS_SOURCE)
     instrument(
         tracer_provider=trace.NoOpTracerProvider(),
-        targets=[f"{name}:sync_dispatch=dispatch"],
+        targets=[f"{name}:sync_dispatch=dispatch@nemo_gym"],
         extractors={"dispatch": [gym_instrument.at_start(lambda call: calls.append(call))]},
     )
     module = importlib.import_module(name)
@@ -420,7 +422,7 @@ def test_sampled_out_span_runs_no_end_extractors(make_module: Any, instrument: A
     name = make_module(KINDS_SOURCE)
     instrument(
         tracer_provider=provider,
-        targets=[f"{name}:sync_dispatch=dispatch"],
+        targets=[f"{name}:sync_dispatch=dispatch@nemo_gym"],
         extractors={"dispatch": [lambda call: ended.append(call)]},
     )
     module = importlib.import_module(name)
@@ -472,7 +474,7 @@ def test_extractor_sees_the_call_and_its_result(kinds: Any, telemetry: Any) -> N
 def test_extractors_replace_the_defaults(make_module: Any, instrument: Any, telemetry: Any) -> None:
     name = make_module(KINDS_SOURCE)
     instrument(
-        targets=[f"{name}:sync_dispatch=dispatch"],
+        targets=[f"{name}:sync_dispatch=dispatch@nemo_gym"],
         extractors={"dispatch": [gym_instrument.at_start(lambda call: {"only.mine": call.row["_ng_task_index"]})]},
         replace_default_extractors=["dispatch"],
     )
@@ -484,8 +486,10 @@ def test_per_target_extractors(make_module: Any, instrument: Any, telemetry: Any
     name = make_module(KINDS_SOURCE)
     instrument(
         targets=[
-            gym_instrument.Target(f"{name}:sync_dispatch", "dispatch", extractors=(lambda call: {"which": "sync"},)),
-            gym_instrument.Target(f"{name}:Holder.static_dispatch", "dispatch", default_extractors=False),
+            gym_instrument.Target(
+                f"{name}:sync_dispatch", "dispatch", extractors=(lambda call: {"which": "sync"},), schema=SCHEMA
+            ),
+            gym_instrument.Target(f"{name}:Holder.static_dispatch", "dispatch", default_extractors=False, schema=SCHEMA),
         ]
     )
     module = importlib.import_module(name)
@@ -501,7 +505,9 @@ def test_per_target_extractors(make_module: Any, instrument: Any, telemetry: Any
 
 def test_baggage_off_keeps_the_id_in_process(make_module: Any, instrument: Any, telemetry: Any) -> None:
     name = make_module()
-    instrument(targets=[f"{name}:Agent.run=dispatch", f"{name}:SimpleResourcesServer.verify=verify"], baggage=False)
+    instrument(
+        targets=[f"{name}:Agent.run=dispatch@nemo_gym", f"{name}:SimpleResourcesServer.verify=verify@nemo_gym"], baggage=False
+    )
     module = importlib.import_module(name)
     seen: list[Any] = []
 

@@ -352,6 +352,8 @@ def test_decorators(instrument: Any, telemetry: Any) -> None:
 def test_target_parsing() -> None:
     assert Target.parse("a.b:C.d=verify") == Target("a.b:C.d", "verify")
     assert Target.parse(" a:f = health ") == Target("a:f", "health")
+    with pytest.raises(ValueError, match="a schema after the role is read by instrument"):
+        Target.parse("a:f=health@nemo_gym")
     for bad in ("a.b:C.d", "a.b=verify", "a.b:C.d=judge", ":f=verify", "a:f=", "a:1f=dispatch", "a:f=dispatch=x"):
         with pytest.raises(ValueError, match="target"):
             Target.parse(bad)

@@ -45,7 +45,9 @@ async def main():
 
 '''
 
-TARGETS = "rollout_loop:Agent.run=dispatch,rollout_loop:Scorer.verify=verify,rollout_loop:health_pass=health"
+TARGETS = (
+    "rollout_loop:Agent.run=dispatch@nemo_gym,rollout_loop:Scorer.verify=verify@nemo_gym,rollout_loop:health_pass=health@nemo_gym"
+)
 
 MAIN = "import asyncio\n\nimport rollout_loop\n\nasyncio.run(rollout_loop.main())\n"
 
@@ -127,7 +129,7 @@ def test_disabled_instrumentations_turns_it_off(tmp_path: Path) -> None:
 def test_bad_target_is_logged_by_name_and_the_app_still_runs(tmp_path: Path) -> None:
     process, spans = run_instrumented(
         tmp_path,
-        OTEL_PYTHON_GYM_TARGETS="rollout_loop:Agent.run=judge,no_such_package.mod:f=verify," + TARGETS,
+        OTEL_PYTHON_GYM_TARGETS="rollout_loop:Agent.run=judge,no_such_package.mod:f=verify@nemo_gym," + TARGETS,
         OTEL_PYTHON_GYM_LINK_CAPACITY="lots",
     )
     assert process.returncode == 0, process.stderr
@@ -178,7 +180,7 @@ def answer_of(call):
 
 
 GymInstrumentor().instrument(
-    targets=["__main__:warm_up=dispatch", "rollout_loop:Agent.run=dispatch"],
+    targets=["__main__:warm_up=dispatch@nemo_gym", "rollout_loop:Agent.run=dispatch@nemo_gym"],
     extractors={"dispatch": [answer_of]},
 )
 warm_up({"task_id": "warm", "_ng_task_index": 9, "_ng_rollout_index": 0, "answer": "A"})
@@ -192,7 +194,7 @@ def test_a_script_instrument_call_under_the_launcher_adds_its_targets_and_extrac
     process, spans = run_instrumented(
         tmp_path,
         SCRIPT_INSTRUMENTS,
-        OTEL_PYTHON_GYM_TARGETS="rollout_loop:Scorer.verify=verify,rollout_loop:health_pass=health",
+        OTEL_PYTHON_GYM_TARGETS="rollout_loop:Scorer.verify=verify@nemo_gym,rollout_loop:health_pass=health@nemo_gym",
         OTEL_PYTHON_GYM_PRESETS="none",
     )
     assert process.returncode == 0, process.stderr

@@ -8,7 +8,7 @@ A target is a mapping (a TOML table, a JSON object, a Python dict)::
     row = "job"                                    # the argument holding the row / request
     when = { mode = "train" }                      # traced only when these arguments have these values
     framework = "my_loop"                          # nemo.gym.framework on its spans
-    schema = "generic"                             # built-in rules: "nemo_gym" (default), "verifiers", "generic", "module:OBJECT"
+    schema = "generic"                             # built-in rules: "generic" (default), "nemo_gym", "verifiers", "module:OBJECT"
     defaults = true                                # the schema's rules apply (false: only what is declared here)
     optional = false                               # absent from this version of the library: debug log only
     extractors = ["my_loop.telemetry:dataset"]     # extractors by import path (after the call, or @at_start)
@@ -55,6 +55,7 @@ skips the target.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import re
@@ -143,6 +144,8 @@ def _schema(name: Any) -> RolloutSchema:
         return FRAMEWORKS[name].schema
     if name == "generic":
         return GENERIC
+    if not isinstance(name, str) or ":" not in name:
+        raise ValueError(f"unknown schema {name!r}; expected {', '.join((*FRAMEWORKS, 'generic'))} or 'module:OBJECT'")
     schema = import_object(name)
     if not isinstance(schema, RolloutSchema):
         raise ValueError(f"{name!r} is not a RolloutSchema")
@@ -400,6 +403,24 @@ def target_from_mapping(spec: Any, skip: Skip | None = None) -> Target:
         schema=schema,
         framework=read.get("framework"),
     )
+
+
+def target_from_short(spec: Any) -> Target:
+    """A :class:`~gym_instrument.Target` from the short form ``"package.module:Qualified.name=role"``,
+    optionally with the schema its calls are read through: ``"...=role@nemo_gym"`` (a name as the
+    mapping form's ``schema``; without one, the generic schema's common field names)."""
+    if not isinstance(spec, str):
+        return Target.parse(spec)
+    path, separator, role = spec.strip().rpartition("=")
+    role, at, schema_name = role.partition("@")
+    target = Target.parse(f"{path}{separator}{role}")
+    if not at:
+        return target
+    try:
+        schema = _schema(schema_name.strip())
+    except ValueError as error:
+        raise ValueError(f"target {spec.strip()!r}: schema: {error}") from None
+    return dataclasses.replace(target, schema=schema)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from gym_instrument.config.declare import parse_config, target_entries, target_from_mapping
+from gym_instrument.config.declare import parse_config, target_entries, target_from_mapping, target_from_short
 from gym_instrument.frameworks import FRAMEWORKS
 from gym_instrument.record.job import JOB_LINK, JOB_MODES
 from gym_instrument.role import ROLES
@@ -58,8 +58,9 @@ def _split(value: str) -> list[str]:
 
 
 def parse_target(item: Any) -> Target:
-    """A target from the short form, the declarative form (a mapping) or a Target."""
-    return target_from_mapping(item) if isinstance(item, Mapping) else Target.parse(item)
+    """A target from the short form (``module:Qualified.name=role[@schema]``), the declarative form (a
+    mapping) or a Target."""
+    return target_from_mapping(item) if isinstance(item, Mapping) else target_from_short(item)
 
 
 def parse_targets(value: str | Iterable[str | Mapping[str, Any] | Target]) -> tuple[Target, ...]:

@@ -40,5 +40,6 @@ FRAMEWORKS: dict[str, Framework] = {
     )
 }
 
-# The schema of a target that names none: the attribute rules are written in NeMo Gym's terms.
-DEFAULT_SCHEMA: RolloutSchema = nemo_gym_schema.SCHEMA
+# The schema of a target that names none: a user's own loop, read by the common field names (a
+# framework's preset names its own schema on every target).
+DEFAULT_SCHEMA: RolloutSchema = GENERIC

@@ -378,88 +378,68 @@ class DispatchLinks:
         return self.take_many(((rollout_id, task_index, rollout_index),))[0]
 
     def take_many(self, verdicts: Sequence[tuple[str | None, int | None, int | None]]) -> list[DispatchLink | None]:
-        """:meth:`take` for each ``(rollout_id, task_index, rollout_index)``, in order.
+        """:meth:`take` for each ``(rollout_id, task_index, rollout_index)``, in order, under one lock.
 
-        A health pass names its rollouts by their bare indices (NeMo Gym's digests): such a batch is
-        looked up under one lock; any other batch goes verdict by verdict.
+        A verdict with an explicit rollout id (not the index form) finds the dispatch of that id
+        (:meth:`_take_custom`); any other finds the latest attempt of its indices (its own, or those
+        of its index-form id), or only the attempt an attempt-qualified id names.
         """
-        keys, bares = [], []
-        for rollout_id, task_index, rollout_index in verdicts:
-            if task_index is None or rollout_index is None:
-                break
-            bare = index_form(task_index, rollout_index, None)
-            if rollout_id is not None and rollout_id != bare:
-                break
-            keys.append(_index_key(task_index, rollout_index))
-            bares.append(bare)
-        else:
-            found: list[tuple[int, int, int, int] | None] | None = None
-            with self._lock:
-                evicted = self._index_everything()
-                if not self._custom_of_index:  # (with custom ids, a dispatch may be named two ways)
-                    pop, read = self._index.pop, self._read
-                    found = [None if sequence is None else read(sequence) for sequence in map(pop, keys, repeat(None))]
-                    if not self._index:
-                        self._index = {}  # every dispatch found: its table's memory goes too (a dict never shrinks)
-            self._report(evicted)
-            if found is not None:
-                return _links(found, bares)
-        return [self._take_one(*verdict) for verdict in verdicts]
-
-    def _take_one(self, rollout_id: str | None, task_index: int | None, rollout_index: int | None) -> DispatchLink | None:
-        """:meth:`take` of one verdict by the general rules: its indices, a bare, attempt-qualified or custom id."""
-        attempt_wanted: int | None = None
-        explicit = False
-        bare = None if task_index is None or rollout_index is None else index_form(task_index, rollout_index, None)
-        if rollout_id is not None and rollout_id != bare:
-            # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
-            parsed = parse_index_form(rollout_id)
-            if parsed is None:
-                explicit = True
-            else:
-                parsed_task, parsed_rollout, attempt_wanted = parsed
-                if bare is None:
-                    task_index, rollout_index = parsed_task, parsed_rollout
-                    bare = index_form(task_index, rollout_index, None)
-                elif (task_index, rollout_index) != (parsed_task, parsed_rollout):
-                    return None  # a verdict that contradicts itself names no dispatch
+        found: list[tuple[tuple[int, int, int, int], str] | None] = []
+        append = found.append
         with self._lock:
             evicted = self._index_everything()
-            found = self._find(rollout_id if explicit else None, task_index, rollout_index, attempt_wanted)
+            index, read, custom_of_index = self._index, self._read, self._custom_of_index
+            bare_form, key_of = index_form, _index_key  # (locals: looked up once per pass, not per verdict)
+            for rollout_id, task_index, rollout_index in verdicts:
+                attempt_wanted = None
+                name = None if task_index is None or rollout_index is None else bare_form(task_index, rollout_index, None)
+                if rollout_id is not None and rollout_id != name:
+                    # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
+                    parsed = parse_index_form(rollout_id)
+                    if parsed is None:
+                        append(self._take_custom(rollout_id))
+                        continue
+                    if name is None:
+                        task_index, rollout_index, attempt_wanted = parsed
+                        name = index_form(task_index, rollout_index, None)
+                    elif (task_index, rollout_index) != parsed[:2]:
+                        append(None)  # a verdict that contradicts itself names no dispatch
+                        continue
+                    else:
+                        attempt_wanted = parsed[2]
+                elif name is None:
+                    append(None)  # no indices and no id: it names nothing
+                    continue
+                primary = key_of(task_index, rollout_index)  # type: ignore[arg-type]  # (both known here)
+                sequence = index.get(primary)
+                if sequence is None:
+                    append(None)
+                    continue
+                entry = read(sequence)
+                attempt = entry[3]
+                if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
+                    append(None)  # an attempt-qualified id names an attempt a retry has replaced
+                    continue
+                del index[primary]
+                if custom_of_index and (custom_id := custom_of_index.pop(primary, None)) is not None:
+                    del self._index_of_custom[custom_id]
+                    name = custom_id  # found by its indices, named by its own id
+                elif attempt:
+                    name = index_form(task_index, rollout_index, attempt)  # type: ignore[arg-type]
+                append((entry, name))
+            if not index:
+                self._index = {}  # every dispatch found: its table's memory goes too (a dict never shrinks)
         self._report(evicted)
-        if found is None:
-            return None
-        entry, custom_id = found
-        if explicit:
-            return _links([entry], [rollout_id], custom=True)[0]  # type: ignore[list-item]
-        if custom_id:
-            return _links([entry], [custom_id], custom=True)[0]
-        return _links([entry], [bare])[0]  # type: ignore[list-item]
+        return [None if named is None else _link(*named) for named in found]
 
-    def _find(
-        self, custom_id: str | None, task_index: int | None, rollout_index: int | None, attempt_wanted: int | None
-    ) -> tuple[tuple[int, int, int, int], str | None] | None:
-        """Under the lock: the entry a verdict names and its custom id, forgotten; None when none is."""
-        if custom_id is not None:
-            primary: int | str | None = self._index_of_custom.get(custom_id, custom_id)
-            sequence = self._index.get(primary)  # type: ignore[arg-type]
-            if sequence is None:
-                return None
-            self._discard_primary(primary)  # type: ignore[arg-type]
-            return self._read(sequence), custom_id
-        if task_index is None or rollout_index is None:
-            return None
-        primary = _index_key(task_index, rollout_index)
+    def _take_custom(self, custom_id: str) -> tuple[tuple[int, int, int, int], str] | None:
+        """Under the lock: the entry of the dispatch with this custom rollout id, forgotten, and its name."""
+        primary: int | str = self._index_of_custom.get(custom_id, custom_id)
         sequence = self._index.get(primary)
         if sequence is None:
             return None
-        entry = self._read(sequence)
-        attempt = entry[3]
-        if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
-            return None  # an attempt-qualified id names an attempt a retry has replaced
-        custom = self._custom_of_index.get(primary) if self._custom_of_index else None
         self._discard_primary(primary)
-        return entry, custom
+        return self._read(sequence), custom_id
 
 
 # A forked child starts with an empty memory and fresh locks: a lock another thread held at the
@@ -478,22 +458,8 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_forked_child)
 
 
-def _links(
-    found: Sequence[tuple[int, int, int, int] | None], names: Sequence[str], custom: bool = False
-) -> list[DispatchLink | None]:
-    """The links of remembered dispatches (None where nothing was found), each named by its custom id
-    (``custom``) or by its bare index form ``names[i]`` with the attempt it was remembered with."""
-    links: list[DispatchLink | None] = []
-    append = links.append
-    for entry, name in zip(found, names, strict=True):
-        if entry is None:
-            append(None)
-            continue
-        trace_id, span_id, flags, attempt = entry
-        if attempt and not custom:
-            task_index, _, rollout_index = name.partition("-")
-            name = index_form(int(task_index), int(rollout_index), attempt)
-        append(
-            tuple.__new__(DispatchLink, (span_context(trace_id, span_id, bool(flags & 1)), name))
-        )  # our own NamedTuple, built directly
-    return links
+def _link(entry: tuple[int, int, int, int], name: str) -> DispatchLink:
+    """The link of a remembered dispatch (trace id, span id, trace flags, attempt), named ``name``."""
+    trace_id, span_id, flags, _ = entry
+    # Our own NamedTuple, built directly.
+    return tuple.__new__(DispatchLink, (span_context(trace_id, span_id, bool(flags & 1)), name))

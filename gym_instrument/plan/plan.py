@@ -259,6 +259,8 @@ class Plan:
                         active.identity = declared_identity(active.identity, attributes)
                         if active.identity is not None:
                             rollout_id = active.identity.rollout_id
+                if self.counts_reward:
+                    active.rollout_id = attributes.get(semconv.ROLLOUT_ID)
                 if self.remembers:
                     active.output = current.get(RUN_OUTPUT_KEY)  # type: ignore[assignment]  # the run it belongs to, for its persisted link
                 if self.direct and (setup.job is None or not self.ties_to_job):
@@ -301,7 +303,7 @@ class Active:
     ``call`` is what the plan's extractors are given (None when it has none).
     """
 
-    __slots__ = ("call", "ctx", "done", "identity", "output", "plan", "row", "setup", "span", "token")
+    __slots__ = ("call", "ctx", "done", "identity", "output", "plan", "rollout_id", "row", "setup", "span", "token")
 
     def __init__(self, plan: Plan, setup: Setup) -> None:
         self.plan = plan
@@ -311,6 +313,7 @@ class Active:
         self.identity: RolloutIdentity | None = None
         self.row: Any = None
         self.output: str | None = None  # the output file of the run a dispatch belongs to
+        self.rollout_id: Any = None  # the rollout a verify scores, as its span started (for the rewarded count)
         self.ctx: Context = _NO_CONTEXT  # Plan.start sets the call's own before it returns it
         self.token: object | None = None
         self.done = False
@@ -426,8 +429,11 @@ class Active:
                         setup.links.remember(span_context, identity)
                     if setup.link_files is not None:  # for a health pass in another process
                         setup.link_files.persist(span_context, identity, self.output)
-            if plan.counts_reward and attributes and semconv.ROLLOUT_REWARD in attributes:
-                next(tallies.rewarded)  # (Tally: one C-level call, read by the observable counter)
+            if plan.counts_reward and outcome is tallies.ok and attributes and semconv.ROLLOUT_REWARD in attributes:
+                # Rollouts, not verifies: a multi-step rollout's later rewarded steps are not counted again.
+                rollout_id = attributes.get(semconv.ROLLOUT_ID, self.rollout_id)
+                if type(rollout_id) is not str or tallies.rewarded_rollouts.first(rollout_id):
+                    next(tallies.rewarded)  # (Tally: one C-level call, read by the observable counter)
             if plan.counts_outcome:
                 next(outcome)
         except Exception:

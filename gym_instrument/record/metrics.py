@@ -8,6 +8,7 @@ import itertools
 import os
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -57,9 +58,44 @@ class Tally:
         return value
 
 
+class RewardedRollouts:
+    """The rollout ids ``gym.rollout.rewarded_total`` has counted in this process, the latest
+    ``capacity`` of them (the oldest dropped first): a multi-step rollout scores every step, and is
+    counted at its first rewarded verify only.
+
+    An id dropped at the bound, or scored in another process too, is counted again there: at most
+    once per process while it is among the latest ``capacity`` rewarded rollouts.
+    """
+
+    CAPACITY = 65_536
+
+    __slots__ = ("_ids", "_lock", "capacity")
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, rollout_id: str) -> bool:
+        """Whether ``rollout_id`` is rewarded for the first time (it is remembered from now on)."""
+        with self._lock:
+            ids = self._ids
+            if rollout_id in ids:
+                return False
+            ids[rollout_id] = None
+            if len(ids) > self.capacity:
+                ids.popitem(last=False)
+            return True
+
+    def restart(self) -> None:
+        """Nothing counted yet, with a fresh lock (in a forked child)."""
+        self._ids = OrderedDict()
+        self._lock = threading.Lock()
+
+
 _METRICS: dict[str, tuple[str, str, tuple[Mapping[str, str] | None, ...]]] = {
     # name: (unit, description, the attribute sets it is counted under)
-    semconv.METRIC_REWARDED: ("{rollout}", "Verifies that put a numeric, unmasked reward on their span", (None,)),
+    semconv.METRIC_REWARDED: ("{rollout}", "Rollouts a verify put a numeric, unmasked reward on", (None,)),
     semconv.METRIC_DISPATCHES: (
         "{rollout}",
         "Rollout dispatches by outcome (ok, error, cancelled)",
@@ -83,7 +119,8 @@ class Tallies:
     (shared by the recorders of that provider, :func:`tallies_for`).
 
     The per-call ones are attributes too, so that the engine adds one with one ``next()``:
-    ``ok``, ``error`` and ``cancelled`` (dispatches by outcome) and ``rewarded``.
+    ``ok``, ``error`` and ``cancelled`` (dispatches by outcome) and ``rewarded`` (rollouts, once each:
+    ``rewarded_rollouts``).
     """
 
     def __init__(self) -> None:
@@ -96,6 +133,7 @@ class Tallies:
         self.error = dispatches[((semconv.OUTCOME, semconv.OUTCOME_ERROR),)].ticks
         self.cancelled = dispatches[((semconv.OUTCOME, semconv.OUTCOME_CANCELLED),)].ticks
         self.rewarded = self.points[semconv.METRIC_REWARDED][()].ticks
+        self.rewarded_rollouts = RewardedRollouts()
 
     def of(self, metric: str, attributes: Mapping[str, str] | None) -> Tally:
         return self.points[metric][_point_key(attributes)]  # (a set no metric declares: KeyError, logged by count)
@@ -176,6 +214,7 @@ def _forget_in_forked_child() -> None:
     global _REGISTRY_LOCK
     _REGISTRY_LOCK = threading.Lock()
     for _, tallies in _each_tallies():
+        tallies.rewarded_rollouts.restart()
         for points in tallies.points.values():
             for tally in points.values():
                 tally.restart()

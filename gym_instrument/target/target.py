@@ -28,7 +28,8 @@ class Target:
     ``row_arg`` points at the argument holding the row (dispatch) or request (verify).
     ``extractors`` run for this target on top of the role's own attribute rules, or instead of
     them with ``default_extractors=False``. ``schema`` says how the framework's rows, results and
-    verdicts are read (default: the one ``instrument()`` or the decorator is given, NeMo Gym's). ``optional`` targets
+    verdicts are read (default: the generic schema's common field names; in the short form,
+    ``"module:Qualified.name=role@nemo_gym"`` names one, read by ``instrument()``). ``optional`` targets
     (presets) may be absent from a version of their library: that is logged at debug level only.
     ``framework`` names the rollout framework on its spans (``nemo.gym.framework``). The mapping
     form (``gym_instrument.config.declare``) says all of this, attribute rules included, as data.
@@ -78,6 +79,11 @@ class Target:
         path, separator, role = spec.strip().rpartition("=")
         if not separator:
             raise ValueError(f"target {spec.strip()!r}: expected 'package.module:Qualified.name=role'")
+        if "@" in role:  # schema names are known above this layer
+            raise ValueError(
+                f"target {spec.strip()!r}: a schema after the role is read by instrument(targets=[...]) and"
+                " OTEL_PYTHON_GYM_TARGETS; a Target takes schema="
+            )
         return cls(path.strip(), role.strip())
 
     def __str__(self) -> str:

@@ -212,7 +212,7 @@ def check_config(source: Any) -> ConfigCheck:
                 found.lines.append(f"  verdicts checks: {describe_rule(rules.checks)}{check_field}")
     if any(target.role == semconv.ROLE_HEALTH for target in targets):
         for target in targets:
-            generic = target.schema is not None and target.schema.name == "generic"
+            generic = target.schema is None or target.schema.name == "generic"  # (none: the generic default)
             if target.role == semconv.ROLE_DISPATCH and generic and not _names_a_rollout(target):
                 found.problem(
                     f"target {target.path}: no start rule names its rollout (nemo.gym.rollout.id, or"

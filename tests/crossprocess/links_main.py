@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gym_instrument import GymInstrumentor, Target
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA as NEMO_GYM
 
 PIPELINE = "tests.crossprocess.run_pipeline"
 
@@ -24,10 +25,10 @@ def main() -> None:
         tracer_provider=provider,
         presets="none",
         targets=[
-            Target(f"{PIPELINE}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
-            f"{PIPELINE}:RolloutCollectionHelper.run_from_config=run",
-            f"{PIPELINE}:RolloutAggregationHelper.run_from_config=run",
-            f"{PIPELINE}:run_health_checks=health",
+            Target(f"{PIPELINE}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+            f"{PIPELINE}:RolloutCollectionHelper.run_from_config=run@nemo_gym",
+            f"{PIPELINE}:RolloutAggregationHelper.run_from_config=run@nemo_gym",
+            f"{PIPELINE}:run_health_checks=health@nemo_gym",
         ],
     )
     from tests.crossprocess import run_pipeline

@@ -54,11 +54,11 @@ class RegisteringServer:
 
 def targets(module_name: str = __name__) -> list[str]:
     return [
-        f"{module_name}:dispatch=dispatch",
-        f"{module_name}:dispatch_async=dispatch",
-        f"{module_name}:Runner.run=dispatch",
-        f"{module_name}:Runner.run_classmethod=dispatch",
-        f"{module_name}:Runner.run_staticmethod=dispatch",
-        f"{module_name}:ResourcesServer.verify=verify",
-        f"{module_name}:RegisteringServer.verify=verify",
+        f"{module_name}:dispatch=dispatch@nemo_gym",
+        f"{module_name}:dispatch_async=dispatch@nemo_gym",
+        f"{module_name}:Runner.run=dispatch@nemo_gym",
+        f"{module_name}:Runner.run_classmethod=dispatch@nemo_gym",
+        f"{module_name}:Runner.run_staticmethod=dispatch@nemo_gym",
+        f"{module_name}:ResourcesServer.verify=verify@nemo_gym",
+        f"{module_name}:RegisteringServer.verify=verify@nemo_gym",
     ]

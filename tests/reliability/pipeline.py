@@ -15,6 +15,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA as NEMO_GYM
+
 # -- plain callables whose outcome the caller decides: ("return", obj) or ("raise", exception) ---
 
 
@@ -239,22 +241,22 @@ def targets(module_name: str = __name__) -> list[Any]:
     from gym_instrument import Target
 
     return [
-        Target(f"{module_name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
-        Target(f"{module_name}:ServerClient.post_sync", "dispatch", when={"url_path": "/run"}, row_arg="json"),
-        Target(f"{module_name}:SimpleResourcesServer.verify", "verify"),
-        Target(f"{module_name}:SimpleResourcesServer.verify_sync", "verify"),
-        f"{module_name}:run_health_checks=health",
-        f"{module_name}:dispatch=dispatch",
-        f"{module_name}:dispatch_async=dispatch",
-        f"{module_name}:Runner.dispatch_classmethod=dispatch",
-        f"{module_name}:Runner.dispatch_staticmethod=dispatch",
-        f"{module_name}:Runner.dispatch_generator=dispatch",
-        f"{module_name}:Runner.dispatch_async_generator=dispatch",
-        f"{module_name}:Runner.dispatch_interaction=dispatch",
-        Target(f"{module_name}:Client.post", "dispatch", when={"url_path": "/run"}, row_arg="json"),
-        f"{module_name}:dispatch_calling=dispatch",
-        f"{module_name}:verify=verify",
-        f"{module_name}:health_pass=health",
+        Target(f"{module_name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+        Target(f"{module_name}:ServerClient.post_sync", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+        Target(f"{module_name}:SimpleResourcesServer.verify", "verify", schema=NEMO_GYM),
+        Target(f"{module_name}:SimpleResourcesServer.verify_sync", "verify", schema=NEMO_GYM),
+        f"{module_name}:run_health_checks=health@nemo_gym",
+        f"{module_name}:dispatch=dispatch@nemo_gym",
+        f"{module_name}:dispatch_async=dispatch@nemo_gym",
+        f"{module_name}:Runner.dispatch_classmethod=dispatch@nemo_gym",
+        f"{module_name}:Runner.dispatch_staticmethod=dispatch@nemo_gym",
+        f"{module_name}:Runner.dispatch_generator=dispatch@nemo_gym",
+        f"{module_name}:Runner.dispatch_async_generator=dispatch@nemo_gym",
+        f"{module_name}:Runner.dispatch_interaction=dispatch@nemo_gym",
+        Target(f"{module_name}:Client.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+        f"{module_name}:dispatch_calling=dispatch@nemo_gym",
+        f"{module_name}:verify=verify@nemo_gym",
+        f"{module_name}:health_pass=health@nemo_gym",
     ]
 
 

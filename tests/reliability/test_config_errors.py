@@ -15,39 +15,39 @@ from . import pipeline
 from .support import Sink, all_logs
 
 MODULE = pipeline.__name__
-GOOD_TARGET = f"{MODULE}:dispatch=dispatch"
+GOOD_TARGET = f"{MODULE}:dispatch=dispatch@nemo_gym"
 
 # (variable, bad value, instrument() argument with the same bad value, what the line must name)
 CASES = {
     "unknown role": ("OTEL_PYTHON_GYM_TARGETS", f"{MODULE}:verify=score", {"targets": [f"{MODULE}:verify=score"]}, "score"),
     "unimportable package": (
         "OTEL_PYTHON_GYM_TARGETS",
-        "no_such_package_4c1d.rollouts:send=dispatch",
-        {"targets": ["no_such_package_4c1d.rollouts:send=dispatch"]},
+        "no_such_package_4c1d.rollouts:send=dispatch@nemo_gym",
+        {"targets": ["no_such_package_4c1d.rollouts:send=dispatch@nemo_gym"]},
         "no_such_package_4c1d",
     ),
     "unimportable module in a package": (
         "OTEL_PYTHON_GYM_TARGETS",
-        f"{MODULE.rpartition('.')[0]}.no_such_module_9e2a:send=dispatch",
-        {"targets": [f"{MODULE.rpartition('.')[0]}.no_such_module_9e2a:send=dispatch"]},
+        f"{MODULE.rpartition('.')[0]}.no_such_module_9e2a:send=dispatch@nemo_gym",
+        {"targets": [f"{MODULE.rpartition('.')[0]}.no_such_module_9e2a:send=dispatch@nemo_gym"]},
         "no_such_module_9e2a",
     ),
     "missing attribute": (
         "OTEL_PYTHON_GYM_TARGETS",
-        f"{MODULE}:no_such_function=dispatch",
-        {"targets": [f"{MODULE}:no_such_function=dispatch"]},
+        f"{MODULE}:no_such_function=dispatch@nemo_gym",
+        {"targets": [f"{MODULE}:no_such_function=dispatch@nemo_gym"]},
         "no_such_function",
     ),
     "missing method": (
         "OTEL_PYTHON_GYM_TARGETS",
-        f"{MODULE}:ServerClient.no_such_method=dispatch",
-        {"targets": [f"{MODULE}:ServerClient.no_such_method=dispatch"]},
+        f"{MODULE}:ServerClient.no_such_method=dispatch@nemo_gym",
+        {"targets": [f"{MODULE}:ServerClient.no_such_method=dispatch@nemo_gym"]},
         "no_such_method",
     ),
     "method only inherited": (  # defined on a base class, not on the class named
         "OTEL_PYTHON_GYM_TARGETS",
-        f"{MODULE}:PlainScoringServer.verify=verify",
-        {"targets": [f"{MODULE}:PlainScoringServer.verify=verify"]},
+        f"{MODULE}:PlainScoringServer.verify=verify@nemo_gym",
+        {"targets": [f"{MODULE}:PlainScoringServer.verify=verify@nemo_gym"]},
         "PlainScoringServer",
     ),
     "malformed target": ("OTEL_PYTHON_GYM_TARGETS", "just words", {"targets": ["just words"]}, "just words"),

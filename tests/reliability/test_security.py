@@ -20,6 +20,7 @@ from opentelemetry import propagate
 from pydantic import BaseModel
 
 from gym_instrument import Target, semconv
+from gym_instrument.frameworks.nemo_gym.schema import SCHEMA as NEMO_GYM
 
 from . import hostile, pipeline
 from .support import Sink, all_logs, assert_exportable, instrumented, metrics_payload
@@ -170,7 +171,7 @@ def test_metric_attribute_sets_stay_constant_over_ten_thousand_distinct_ids() ->
     """10,000 distinct task ids, rollout ids, rewards and free-text verdicts: the number of metric
     attribute sets after 10,000 rollouts is the number after the first 100."""
     sink = Sink()
-    targets = [*pipeline.targets(), Target(f"{pipeline.__name__}:dispatch_calling", "dispatch")]
+    targets = [*pipeline.targets(), Target(f"{pipeline.__name__}:dispatch_calling", "dispatch", schema=NEMO_GYM)]
 
     def rollout(index: int) -> None:
         row = {

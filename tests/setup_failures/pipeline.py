@@ -19,7 +19,10 @@ REPEATS = 2
 SETUP_RAISES = {(0, 0), (1, 0)}
 SETUP_FAILS_IN_VERIFY = {(2, 1), (3, 1)}
 HONEST_ZEROS = {(4, 0), (5, 1)}
-TARGETS = "tests.setup_failures.pipeline:Collector.dispatch=dispatch,tests.setup_failures.pipeline:ResourcesServer.verify=verify"
+TARGETS = (
+    "tests.setup_failures.pipeline:Collector.dispatch=dispatch@nemo_gym,"
+    "tests.setup_failures.pipeline:ResourcesServer.verify=verify@nemo_gym"
+)
 
 
 class EnvironmentSetupError(RuntimeError):

@@ -81,7 +81,17 @@ PRESET: dict[str, Any] = {
         # inside the previous request's context: each request cycle starts from an empty context with
         # the request's own traceparent and baggage in it (extracted here, unless contrib's FastAPI
         # instrumentation does it), never as part of another rollout.
-        {"path": "uvicorn.protocols.http.h11_impl:RequestResponseCycle.run_asgi", "role": "receive", "optional": True},
-        {"path": "uvicorn.protocols.http.httptools_impl:RequestResponseCycle.run_asgi", "role": "receive", "optional": True},
+        {
+            "path": "uvicorn.protocols.http.h11_impl:RequestResponseCycle.run_asgi",
+            "role": "receive",
+            "schema": "nemo_gym",
+            "optional": True,
+        },
+        {
+            "path": "uvicorn.protocols.http.httptools_impl:RequestResponseCycle.run_asgi",
+            "role": "receive",
+            "schema": "nemo_gym",
+            "optional": True,
+        },
     ]
 }
