@@ -204,7 +204,7 @@ def verify_from_mixins(telemetry: Telemetry) -> None:
         f"(MRO: {', '.join(cls.__name__ for cls in SimpleWeatherResourcesServer.__mro__[:4])}, ...)",
     )
     weather = make_server(SimpleWeatherResourcesServer, SimpleWeatherResourcesServerConfig, "e2e_weather")
-    expect_one_verify_per_call(telemetry, weather, TOOL_CALL_OUTPUT, reward=1.0, calls=2)
+    expect_one_verify_per_call(telemetry, weather, TOOL_CALL_OUTPUT, reward=1.0, calls=2, task=9)
 
     class ScoredByMixin:  # no SimpleResourcesServer subclass
         async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
@@ -215,15 +215,16 @@ def verify_from_mixins(telemetry: Telemetry) -> None:
 
     print("a resources server defined here after instrument(), verify from its mixin:")
     mixed = make_server(MixinResourcesServer, BaseResourcesServerConfig, "e2e_mixin")
-    expect_one_verify_per_call(telemetry, mixed, MESSAGE_OUTPUT, reward=0.5, calls=2)
+    expect_one_verify_per_call(telemetry, mixed, MESSAGE_OUTPUT, reward=0.5, calls=2, task=10)
 
 
 def expect_one_verify_per_call(
-    telemetry: Telemetry, server: Any, output: list[dict[str, Any]], reward: float, calls: int
+    telemetry: Telemetry, server: Any, output: list[dict[str, Any]], reward: float, calls: int, task: int
 ) -> None:
+    """Each call is its own rollout (`<task>-<call>`): the counter counts a rollout id once."""
     before = telemetry.rewarded_total()
     for call in range(calls):
-        response = post_verify(server, verify_body(f"9-{call}", output))
+        response = post_verify(server, verify_body(f"{task}-{call}", output))
         check(
             response.status_code == 200 and response.json().get("reward") == reward,
             f"call {call}: HTTP 200 with reward {reward} (got {response.status_code}, {response.json().get('reward')!r})",
@@ -234,8 +235,8 @@ def expect_one_verify_per_call(
             attributes = dict(span.attributes or {})
             check(attributes.get(REWARD) == reward, f"call {call}: {REWARD} = {reward} (got {attributes.get(REWARD)!r})")
             check(
-                attributes.get(ROLLOUT_ID) == f"9-{call}",
-                f"call {call}: {ROLLOUT_ID} = '9-{call}' (got {attributes.get(ROLLOUT_ID)!r})",
+                attributes.get(ROLLOUT_ID) == f"{task}-{call}",
+                f"call {call}: {ROLLOUT_ID} = '{task}-{call}' (got {attributes.get(ROLLOUT_ID)!r})",
             )
     after = telemetry.rewarded_total()
     check(after - before == calls, f"{REWARDED_COUNTER} counted {after - before} for {calls} calls")
