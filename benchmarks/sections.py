@@ -55,8 +55,20 @@ WHOLE_RUN_TOGETHER = Section("whole_run_together", "benchmarks/whole_run.py --to
 WHOLE_RUN_PROFILE = Section("whole_run_profile", "benchmarks/whole_run.py --profile")
 WHOLE_RUN_NO_BAGGAGE = Section("whole_run_no_baggage", "benchmarks/whole_run.py --no-baggage")
 WHOLE_RUN_DROP_OURS = Section("whole_run_drop_ours", "benchmarks/whole_run.py --drop-ours")
+WHOLE_RUN_GYM = Section("whole_run_gym", "benchmarks/whole_run.py --configurations none,gym")
 BOUNDED_READS = Section("bounded_reads", "benchmarks/bounded_reads.py")
-KEPT = (REPORT_MEMORY, BOUNDED_READS, WHOLE_RUN, WHOLE_RUN_TOGETHER, WHOLE_RUN_NO_BAGGAGE, WHOLE_RUN_DROP_OURS, WHOLE_RUN_PROFILE)
+LAUNCH_COST = Section("launch_cost", "benchmarks/launch_cost.py")
+KEPT = (
+    REPORT_MEMORY,
+    BOUNDED_READS,
+    WHOLE_RUN,
+    WHOLE_RUN_GYM,
+    LAUNCH_COST,
+    WHOLE_RUN_TOGETHER,
+    WHOLE_RUN_NO_BAGGAGE,
+    WHOLE_RUN_DROP_OURS,
+    WHOLE_RUN_PROFILE,
+)
 
 
 def keep(path: Path, text: str) -> str:

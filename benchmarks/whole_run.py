@@ -88,6 +88,7 @@ from pathlib import Path
 from benchmarks.sections import (
     WHOLE_RUN,
     WHOLE_RUN_DROP_OURS,
+    WHOLE_RUN_GYM,
     WHOLE_RUN_NO_BAGGAGE,
     WHOLE_RUN_PROFILE,
     WHOLE_RUN_TOGETHER,
@@ -95,7 +96,7 @@ from benchmarks.sections import (
     code_version,
 )
 from gym_harness.bench import running
-from gym_harness.bench.render import together_heading, variant_heading
+from gym_harness.bench.render import gym_heading, together_heading, variant_heading
 from gym_harness.bench.render_profile import profile_lines
 from gym_harness.bench.workload import CONFIGURATIONS, DEFAULT_CONFIGURATIONS, FULL, VARIANTS
 from gym_harness.paths import BENCHMARKS, REPO
@@ -104,17 +105,30 @@ from gym_harness.processes import log, run_main
 VARIANT_SECTIONS = {section.name: section for section in (WHOLE_RUN_NO_BAGGAGE, WHOLE_RUN_DROP_OURS)}
 
 
-def section_of(finished: running.Finished, profile: bool) -> tuple[Section, str]:
+def section_of(finished: running.Finished, profile: bool, arguments: str = "") -> tuple[Section, str]:
     """The RESULTS.md section a run writes, and its body. A profiled run's timings are yappi's: only its
-    breakdown goes in, in a section of its own; a variant's and a --together run's go beside the default's."""
+    breakdown goes in, in a section of its own; a variant's, a run of the ``gym`` configuration's (its
+    ``arguments`` on the command line, as the section says how to run it again) and a --together run's go
+    beside the default's."""
     workload, text = finished.workload, finished.text
     if profile:
         return WHOLE_RUN_PROFILE, "\n".join([*profile_lines(finished.profiles), "", *finished.header])
     if workload.variant is not None:
         return VARIANT_SECTIONS[VARIANTS[workload.variant].section], variant_heading(text, workload)
+    if "gym" in finished.configurations:
+        return WHOLE_RUN_GYM, gym_heading(text, arguments)
     if workload.together:
         return WHOLE_RUN_TOGETHER, together_heading(text)
     return WHOLE_RUN, text
+
+
+def rerun_arguments(options: argparse.Namespace) -> str:
+    """The arguments that size and shape this run, as BENCH_E2E_ARGS would give them."""
+    arguments = [f"--configurations {','.join(options.configurations)}"]
+    for name in ("tasks", "repeats", "concurrency", "rounds", "blocks"):
+        if getattr(options, name) is not None:
+            arguments.append(f"--{name} {getattr(options, name)}")
+    return " ".join(arguments)
 
 
 def run(options: argparse.Namespace) -> int:
@@ -122,7 +136,7 @@ def run(options: argparse.Namespace) -> int:
     if finished is None:
         return 2  # refused: the machine is busy
     if options.output is not None:
-        section, body = section_of(finished, options.profile)
+        section, body = section_of(finished, options.profile, rerun_arguments(options))
         section.write(options.output, body, before=None if section is WHOLE_RUN_PROFILE else WHOLE_RUN_PROFILE)
         log(f"written to {options.output}")
     return 0

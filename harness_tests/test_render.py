@@ -214,3 +214,24 @@ def test_the_report_says_when_lean_lost_some_of_the_package_s_spans() -> None:
         "**lean's spans of the package differ from full's** (per rollout): `gym.rollout.health` full 1.00, lean 0.00."
     ]
     assert render.lean_spans_lines([c for c in _four(8.1) if c.configuration != "lean"], spans) == []  # no lean: no line
+
+
+def test_a_run_of_none_and_gym_compares_gym_with_none_in_every_table() -> None:
+    # 3 rounds; gym's collector spends 0.4 s more than none's and its mcqa server 0.1 s more, each collection's
+    # figures following the machine's speed (the median collection of each configuration runs at 415).
+    collections = []
+    for number, (none_speed, gym_speed) in enumerate(((400.0, 425.0), (430.0, 410.0), (415.0, 415.0)), start=1):
+        for name, extra, speed in (("none", 0.0, none_speed), ("gym", 1.0, gym_speed)):
+            factor = speed / 415.0
+            cpu = Counter({"collector": (4.0 + 0.4 * extra) * factor, "server mcqa": (1.0 + 0.1 * extra) * factor})
+            gc = {"collector": {"collections": [10, 2, 1], "seconds": [0.01, 0.01, 0.02 + 0.04 * extra]}}
+            wall = (6.0 + extra * 0.3) * factor
+            collections.append(stats.Collection(name, number, 400, wall, cpu, 0.0, {}, Counter(), speed, gc))
+    table = "\n".join(render.cpu_table(collections))
+    assert "| process group | none | gym | gym - none |" in table
+    assert "| collector | 10.00 | 11.00 | +1.00 |" in table and "| server mcqa | 2.50 | 2.75 | +0.25 |" in table
+    pauses = "\n".join(render.gc_lines(collections))
+    assert "| none | gym | gym - none |" in pauses and "| collector | 1; 0.10 | 1; 0.20 | +0.10 |" in pauses
+    assert "Within a round, gym - none per rollout: in the pauses +0.10 ms" in pauses
+    speed = " ".join(render.speed_lines(collections))
+    assert "Dividing each round's gym / none by" in speed and "from - to -" not in speed

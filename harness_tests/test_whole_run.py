@@ -109,3 +109,24 @@ def test_each_kind_of_run_writes_its_own_section() -> None:
     assert together is sections.WHOLE_RUN_TOGETHER and text.startswith("### Together: a whole real run")
     profiled, text = whole_run.section_of(_finished(body), profile=True)
     assert profiled is sections.WHOLE_RUN_PROFILE and text.endswith("- Machine: test")
+
+
+def test_a_run_of_the_gym_configuration_writes_its_own_section(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    sections.WHOLE_RUN.write(results, "## A whole real run: NeMo Gym 0.7.0 end to end\n\n`make bench-e2e` (default)")
+    body = "## A whole real run: NeMo Gym 0.7.0 end to end\n\n`make bench-e2e` (y)"
+    finished = dataclasses.replace(_finished(body), configurations=("none", "gym"))
+    section, text = whole_run.section_of(finished, profile=False, arguments="--configurations none,gym --rounds 8")
+    section.write(results, text)
+    text = results.read_text()
+    assert "`make bench-e2e` (default)" in text  # the default run's section stays
+    assert "### This package alone: NeMo Gym 0.7.0 end to end" in text
+    assert "`make bench-e2e BENCH_E2E_ARGS='--configurations none,gym --rounds 8'` (y)" in text
+    assert sections.WHOLE_RUN_GYM.begin in text
+
+
+def test_the_gym_section_says_how_to_run_it_again() -> None:
+    options = whole_run.argparse.Namespace(
+        configurations=["none", "gym"], tasks=None, repeats=None, concurrency=None, rounds=8, blocks=2
+    )
+    assert whole_run.rerun_arguments(options) == "--configurations none,gym --rounds 8 --blocks 2"

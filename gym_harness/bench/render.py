@@ -74,6 +74,14 @@ def goal_line(collections: list[Collection], top: str = "full", bottom: str = "c
     return lines
 
 
+def compared(collections: list[Collection]) -> tuple[str, str]:
+    """The pair the per-group tables and the speed paragraph compare: full / contrib, or gym / none in a run of
+    those two (``--configurations none,gym``)."""
+    if not round_pairs(collections) and round_pairs(collections, "gym", "none"):
+        return "gym", "none"
+    return "full", "contrib"
+
+
 def speed_lines(collections: list[Collection]) -> list[str]:
     """What the speed probe saw, how well it explains the collections' spread, and the adjusted ratios'."""
     fits = {what: speed_fit(collections, what) for what in ("wall", "cpu")}
@@ -85,8 +93,9 @@ def speed_lines(collections: list[Collection]) -> list[str]:
     def spread_of(values: list[float]) -> str:
         return f"{statistics.stdev(values):.3f}" if len(values) > 1 else "-"
 
-    raw = {what: ratios(collections, "full", "contrib", what) for what in fits}
-    adjusted = {what: ratios(collections, "full", "contrib", what, fits[what]) for what in fits}
+    top, bottom = compared(collections)
+    raw = {what: ratios(collections, top, bottom, what) for what in fits}
+    adjusted = {what: ratios(collections, top, bottom, what, fits[what]) for what in fits}
     return [
         "**The machine's speed.** `benchmarks/speed_probe.py` runs beside the whole run, outside every configuration: "
         "every 50 ms the same small piece of pure-Python work, timed in its own CPU time. Its mean over a collection's "
@@ -96,7 +105,7 @@ def speed_lines(collections: list[Collection]) -> list[str]:
         "against its configuration's mean (logs, least squares over "
         f"{cpu.collections} collections): CPU follows the probe with slope {cpu.slope:.2f} (correlation "
         f"{cpu.correlation:.2f}), wall time with slope {wall.slope:.2f} (correlation {wall.correlation:.2f}). "
-        "Dividing each round's full / contrib by its two collections' probe ratio to that power takes the "
+        f"Dividing each round's {top} / {bottom} by its two collections' probe ratio to that power takes the "
         f"round-to-round standard deviation of the ratio from {spread_of(raw['wall'])} to "
         f"{spread_of(adjusted['wall'])} (wall) and from {spread_of(raw['cpu'])} to {spread_of(adjusted['cpu'])} (CPU)."
         + share_adjusted(collections, cpu),
@@ -282,6 +291,12 @@ def together_heading(text: str) -> str:
     return text.replace("`make bench-e2e` (", "`make bench-e2e BENCH_E2E_ARGS=--together` (", 1)
 
 
+def gym_heading(text: str, arguments: str) -> str:
+    """A run of the ``gym`` configuration (this package alone) as the section beside the default run's."""
+    text = text.replace("## A whole real run: NeMo Gym 0.7.0 end to end", "### This package alone: NeMo Gym 0.7.0 end to end", 1)
+    return text.replace("`make bench-e2e` (", f"`make bench-e2e BENCH_E2E_ARGS='{arguments}'` (", 1)
+
+
 def variant_heading(text: str, workload: Workload) -> str:
     """A variant run's report as a section of its own: what full stands for in it, and its command."""
     variant = VARIANTS[workload.variant]  # type: ignore[index]
@@ -337,10 +352,11 @@ def _present(collections: list[Collection]) -> list[str]:
 def cpu_table(collections: list[Collection]) -> list[str]:
     groups = sorted({group for c in collections for group in c.cpu})
     names = _present(collections)
+    top, bottom = compared(collections)
     lines = [
         "CPU per process group, median over rounds (ms per rollout):",
         "",
-        "| process group | " + " | ".join(names) + " | full - contrib |",
+        "| process group | " + " | ".join(names) + f" | {top} - {bottom} |",
         "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
     ]
     for group in [*groups, "all"]:
@@ -350,7 +366,7 @@ def cpu_table(collections: list[Collection]) -> list[str]:
             if mine:
                 values = [(c.cpu_total if group == "all" else c.cpu.get(group, 0.0)) * 1000 / c.rollouts for c in mine]
                 cells[name] = statistics.median(values)
-        difference = f"{cells['full'] - cells['contrib']:+.2f}" if "full" in cells and "contrib" in cells else ""
+        difference = f"{cells[top] - cells[bottom]:+.2f}" if top in cells and bottom in cells else ""
         label = "**all**" if group == "all" else group
         lines.append(f"| {label} | " + " | ".join(f"{cells.get(n, 0.0):.2f}" for n in names) + f" | {difference} |")
     return lines
@@ -362,12 +378,13 @@ def gc_lines(collections: list[Collection]) -> list[str]:
         return []
     names = [n for n in CONFIGURATIONS if any(c.configuration == n for c in collections)]
     groups = sorted({group for c in collections for group in c.gc})
+    top, bottom = compared(collections)
     lines = [
         "The garbage collector's pauses (`benchmarks/gc_hook.py`: `gc.callbacks` in every process of every configuration, "
         "the CPU time of the thread that collects), median over rounds: full (generation 2) collections per collection; "
         "CPU in pauses of every generation, ms per rollout. They are inside the CPU figures above:",
         "",
-        "| process group | " + " | ".join(names) + " | full - contrib |",
+        "| process group | " + " | ".join(names) + f" | {top} - {bottom} |",
         "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
     ]
     for group in [*groups, None]:
@@ -377,10 +394,10 @@ def gc_lines(collections: list[Collection]) -> list[str]:
             count = statistics.median(gc_total(c, group)[0] for c in mine)
             ms = statistics.median(gc_total(c, group)[1] * 1000 / c.rollouts for c in mine)
             cells[name] = (count, ms)
-        difference = f"{cells['full'][1] - cells['contrib'][1]:+.2f}" if "full" in cells and "contrib" in cells else ""
+        difference = f"{cells[top][1] - cells[bottom][1]:+.2f}" if top in cells and bottom in cells else ""
         label = "**all**" if group is None else group
         lines.append(f"| {label} | " + " | ".join(f"{cells[n][0]:g}; {cells[n][1]:.2f}" for n in names) + f" | {difference} |")
-    pairs = round_pairs(collections)
+    pairs = round_pairs(collections, top, bottom)
     if pairs:
 
         def per_rollout(c: Collection, seconds: float) -> float:
@@ -394,11 +411,11 @@ def gc_lines(collections: list[Collection]) -> list[str]:
         full_fewer = sum(gc_total(f)[0] < gc_total(k)[0] for f, k in pairs)
         lines += [
             "",
-            f"Within a round, full - contrib per rollout: in the pauses {statistics.median(in_pauses):+.2f} ms (min / median / "
+            f"Within a round, {top} - {bottom} per rollout: in the pauses {statistics.median(in_pauses):+.2f} ms (min / median / "
             "max " + " / ".join(f"{v:+.2f}" for v in spread(in_pauses)) + "), outside them "
             f"{statistics.median(outside):+.2f} ms (95% interval of the median {low:+.2f} to {high:+.2f}; "
-            f"{statistics.median(outside) / contrib_outside:.1%} of contrib's {contrib_outside:.2f} ms outside its pauses). "
-            f"full ran more full collections than contrib in {full_more} of {len(pairs)} rounds, fewer in {full_fewer}.",
+            f"{statistics.median(outside) / contrib_outside:.1%} of {bottom}'s {contrib_outside:.2f} ms outside its pauses). "
+            f"{top} ran more full collections than {bottom} in {full_more} of {len(pairs)} rounds, fewer in {full_fewer}.",
         ]
     return lines
 

@@ -37,6 +37,7 @@ from gym_harness.bench.render_profile import profile_lines
 from gym_harness.bench.stats import Collection
 from gym_harness.bench.workload import (
     CONFIGURATIONS,
+    DEFAULT_CONFIGURATIONS,
     EXPECTED_SERVERS,
     FULL,
     GYM_CONFIGS,
@@ -472,6 +473,7 @@ class Finished:
     text: str  # the report (render.report)
     header: list[str]  # the machine, the versions, the code (render.machine_lines)
     profiles: list[Profile]  # --profile's, one per configuration and part
+    configurations: tuple[str, ...] = DEFAULT_CONFIGURATIONS  # the configurations that ran
 
 
 def run(options: argparse.Namespace, commit: str) -> Finished | None:
@@ -603,4 +605,4 @@ def run(options: argparse.Namespace, commit: str) -> Finished | None:
     (WORK / "RESULTS.md").write_text(text)
     raw = [{**vars(c), "cpu": dict(c.cpu), "verdicts": dict(c.verdicts), "outcomes": None} for c in collections]
     (WORK / "collections.json").write_text(json.dumps(raw, indent=1))
-    return Finished(workload, text, header, profiles)
+    return Finished(workload, text, header, profiles, tuple(names))
