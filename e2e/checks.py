@@ -485,6 +485,14 @@ def check_no_client_spans(received: Received, report: Report) -> None:
     report.check(not internal, f"contrib's ASGI spans without contrib: {internal}")
 
 
+def check_only_package_spans(received: Received, report: Report) -> None:
+    """FastAPI's own telemetry off (``OTEL_PYTHON_GYM_SERVER_TELEMETRY=false``), contrib absent: every
+    span received is the package's (dispatch, verify, health, model call), FastAPI's server spans gone."""
+    package_spans = (DISPATCH_SPAN, VERIFY_SPAN, HEALTH_SPAN)
+    others = Counter(span.name for span in received.spans if span.name not in package_spans and not is_model_call(span))
+    report.check(not others, f"spans not the package's with FastAPI's own telemetry off: {dict(others)}")
+
+
 _ROLLOUT_PREFIX = re.compile(r"^/ng-rollout/[^/]+")
 
 

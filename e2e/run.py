@@ -105,7 +105,7 @@ def run_pass(
     bin_dir = release.venv / "bin"
     receiver_port = free_port()
     head_port = free_port()
-    env = base_env(release.venv, marker, receiver_port, scratch)
+    env = {**base_env(release.venv, marker, receiver_port, scratch), **dict(gym_pass.env)}
     processes = Processes(env)
 
     spans_path = work / "received.ndjson"
@@ -251,6 +251,8 @@ def run_pass(
             checks.check_no_leaked_request_context(received, report)
         else:
             checks.check_no_client_spans(received, report)
+            if ("OTEL_PYTHON_GYM_SERVER_TELEMETRY", "false") in gym_pass.env:
+                checks.check_only_package_spans(received, report)
         if not args.without_package:
             dispatches = checks.check_gym_spans(rollouts, received, report)
             checks.check_rewarded_counter(received, report)
