@@ -9,14 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from gym_harness.environment import otlp_variables
 from gym_harness.paths import REPO
-from gym_harness.processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, log, port_open, tail, wait_for
+from gym_harness.processes import RUN_MARKER_VAR, E2EFailure, Processes, exited, port_open, wait_for
+from gym_harness.venvs import stamped_venv
 
 
 @dataclass(frozen=True)
@@ -49,26 +49,8 @@ class FrameworkVenv:
         for part in (self.requirements.read_bytes(), (REPO / "pyproject.toml").read_bytes(), str(REPO).encode()):
             digest.update(part)
         digest.update(subprocess.run([python, "-VV"], capture_output=True, text=True).stdout.encode())
-        stamp, stamp_file, venv_python = digest.hexdigest(), self.venv / ".e2e-stamp", self.venv / "bin" / "python"
-        if venv_python.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
-            log(f"reusing {self.venv.name} (stamp matches)")
-            return venv_python
-        log(f"building {self.venv.name} for {self.what} with {python}")
-        shutil.rmtree(self.venv, ignore_errors=True)
-        subprocess.run([python, "-m", "venv", str(self.venv)], check=True)
-        install_log.parent.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        with install_log.open("w") as out:
-            command = [str(venv_python), "-m", "pip", "install", "--disable-pip-version-check"]
-            command += ["-r", str(self.requirements), "-e", str(REPO)]
-            result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=1200)
-            if result.returncode == 0:
-                result = subprocess.run([str(venv_python), "-m", "pip", "check"], stdout=out, stderr=subprocess.STDOUT)
-        if result.returncode != 0:
-            raise E2EFailure(f"pip install failed (exit {result.returncode}); log: {install_log}\n{tail(install_log)}")
-        stamp_file.write_text(stamp + "\n")
-        log(f"installed in {time.monotonic() - started:.0f}s")
-        return venv_python
+        pip_arguments = ["-r", str(self.requirements), "-e", str(REPO)]
+        return stamped_venv(self.venv, python, digest.hexdigest(), pip_arguments, install_log, self.what)
 
     def start_receiver(self, processes: Processes, port: int, spans_path: Path, work: Path, env: Mapping[str, str]) -> None:
         """The venv's ``oteltap`` OTLP receiver on 127.0.0.1:``port``, writing to ``spans_path``, with the

@@ -68,30 +68,20 @@ def _stamp(release: Release, python: str, with_package: bool) -> str:
     return digest.hexdigest()
 
 
-def ensure_venv(release: Release, with_package: bool) -> Path:
-    """Build the release's venv, or reuse it when its stamp matches the requirements."""
-    if with_package and not (REPO / "pyproject.toml").exists():
-        raise E2EFailure(
-            f"{REPO / 'pyproject.toml'} does not exist, so the package cannot be installed. "
-            "Run with --without-package to exercise the pipeline with HTTP instrumentation only."
-        )
-    python = find_python(release.python)
-    stamp_file = release.venv / ".e2e-stamp"
-    stamp = _stamp(release, python, with_package)
-    venv_python = release.venv / "bin" / "python"
+def stamped_venv(venv: Path, python: str, stamp: str, pip_arguments: list[str], install_log: Path, what: str) -> Path:
+    """``venv``'s interpreter: reused while its ``.e2e-stamp`` holds ``stamp``, else built afresh with
+    ``python`` and ``pip install pip_arguments`` then ``pip check`` (pip's output in ``install_log``)."""
+    stamp_file, venv_python = venv / ".e2e-stamp", venv / "bin" / "python"
     if venv_python.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
-        log(f"reusing {release.venv.name} (stamp matches)")
+        log(f"reusing {venv.name} (stamp matches)")
         return venv_python
-    log(f"building {release.venv.name} for nemo-gym {release.version} with {python}")
-    shutil.rmtree(release.venv, ignore_errors=True)
-    subprocess.run([python, "-m", "venv", str(release.venv)], check=True)
-    install_log = WORK / f"pip-install-{release.name}.log"
-    command = [str(venv_python), "-m", "pip", "install", "--disable-pip-version-check", *release.pip_options]
-    command += ["-r", str(release.requirements)]
-    if with_package:
-        command += ["-e", str(REPO)]
+    log(f"building {venv.name} for {what} with {python}")
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    install_log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with install_log.open("w") as out:
+        command = [str(venv_python), "-m", "pip", "install", "--disable-pip-version-check", *pip_arguments]
         result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=1200)
         if result.returncode == 0:
             # A conflict pip let through would break the run in a less readable place.
@@ -101,6 +91,27 @@ def ensure_venv(release: Release, with_package: bool) -> Path:
     stamp_file.write_text(stamp + "\n")
     log(f"installed in {time.monotonic() - started:.0f}s")
     return venv_python
+
+
+def ensure_venv(release: Release, with_package: bool) -> Path:
+    """Build the release's venv, or reuse it when its stamp matches the requirements."""
+    if with_package and not (REPO / "pyproject.toml").exists():
+        raise E2EFailure(
+            f"{REPO / 'pyproject.toml'} does not exist, so the package cannot be installed. "
+            "Run with --without-package to exercise the pipeline with HTTP instrumentation only."
+        )
+    python = find_python(release.python)
+    pip_arguments = [*release.pip_options, "-r", str(release.requirements)]
+    if with_package:
+        pip_arguments += ["-e", str(REPO)]
+    return stamped_venv(
+        release.venv,
+        python,
+        _stamp(release, python, with_package),
+        pip_arguments,
+        WORK / f"pip-install-{release.name}.log",
+        f"nemo-gym {release.version}",
+    )
 
 
 def site_packages(venv_python: Path) -> Path:
