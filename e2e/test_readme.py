@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -271,6 +272,32 @@ def test_the_readme_is_short_and_states_no_figures() -> None:
         assert "SPEC" not in words, f"{page.name} cites a SPEC that is not in the repository"
         ratios = re.findall(r"\b\d\.\d{2,3} ?[×x]\b|\b\d\.\d{2,3}×", words)
         assert not ratios, f"{page.name} states benchmark ratios {ratios}: they belong in benchmarks/RESULTS.md"
+
+
+def test_the_nemo_gym_page_states_the_cost_results_md_measured() -> None:
+    """docs/nemo-gym.md's cost sentence carries the figures of benchmarks/RESULTS.md, not figures typed apart."""
+    results = (REPO / "benchmarks" / "RESULTS.md").read_text()
+    alone = results[results.index("<!-- whole_run_gym:") : results.index("<!-- /whole_run_gym -->")]
+    none, _, added = re.search(r"^\| \*\*all\*\* \| ([\d.]+) \| ([\d.]+) \| \+([\d.]+) \|$", alone, re.MULTILINE).groups()
+    launch = results[results.index("<!-- launch_cost:") : results.index("<!-- /launch_cost -->")]
+    launcher, ours = re.search(r"launcher adds (\d+) ms .*?; this package on it adds (\d+) ms", launch).groups()
+    page = " ".join((REPO / "docs" / "nemo-gym.md").read_text().split())
+    assert f"used {added} ms more CPU per rollout than the untraced run's {none} ms" in page
+    assert f"launcher adds {launcher} ms of CPU to a start and this package {ours} ms" in page
+
+
+def test_the_nemo_gym_install_block_pins_what_make_e2e_installs() -> None:
+    """The copy-paste block of docs/nemo-gym.md installs the pins the package-alone e2e venv is built from."""
+    (block,) = [b for b in shell_blocks((REPO / "docs" / "nemo-gym.md").read_text()) if "nemo-gym==" in b.code]
+    joined = block.code.replace("\\\n", " ")
+    (install,) = [line for line in joined.splitlines() if line.startswith("pip install ")]
+    words = shlex.split(install)[2:]
+    requirements = REPO / "e2e" / "requirements-070-bare.txt"
+    pins = [line.split("#")[0].strip() for line in requirements.read_text().splitlines()]
+    pins = [pin for pin in pins if pin and not pin.startswith("oteltap")]  # (the e2e's own receiver)
+    assert "--ignore-requires-python" in words
+    assert "gym-instrument[report] @ git+https://…" in words
+    assert sorted(w for w in words if not w.startswith(("-", "gym-instrument"))) == sorted(pins)
 
 
 def test_every_link_between_the_pages_resolves() -> None:
