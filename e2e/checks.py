@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -596,3 +598,44 @@ def excerpt_lines(rollouts: list[Rollout], received: Received) -> list[str]:
             trimmed["attributes"] = gym_attributes
         lines.append(json.dumps(trimmed))
     return lines
+
+
+def check_report_of_files(command: Path, folder: Path, rollouts: list[Rollout], work: Path, report: Report) -> None:
+    """`gym-instrument report FOLDER` of the per-process span files (docs/nemo-gym.md's setup): one
+    file per process, and the report's rollouts, scored rollouts, mean reward and token totals
+    are those of the output rows, computed here from the rows."""
+    files = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    report.check(len(files) >= 2, f"{folder}: {len(files)} span files; every process should write its own")
+    log_path = work / "report_of_files.json"
+    with log_path.open("w") as out:
+        arguments = ["--format", "json", "--no-html", "--no-progress", "--max-infra-failures", "100%"]
+        completed = subprocess.run(
+            [str(command), "report", str(folder), *arguments],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    if completed.returncode != 0:
+        report.fail(f"gym-instrument report {folder} exited {completed.returncode}: {completed.stderr.strip()[-2000:]}")
+        return
+    figures = json.loads(log_path.read_text())
+    run, tokens = figures["run"], figures["tokens"]
+    rewards = [r.reward for r in rollouts if r.reward is not None]
+    usage = [r.usage for r in rollouts if r.usage is not None]
+    expected = {
+        "rollouts": len(rollouts),
+        "scored": len(rewards),
+        "mean reward": round(sum(rewards) / len(rewards), 9) if rewards else None,
+        "input tokens": sum(u[0] for u in usage),
+        "output tokens": sum(u[1] for u in usage),
+    }
+    got = {
+        "rollouts": run["dispatches"],
+        "scored": run["rewarded"],
+        "mean reward": round(run["mean_reward"], 9) if run["mean_reward"] is not None else None,
+        "input tokens": tokens["input_tokens"],
+        "output tokens": tokens["output_tokens"],
+    }
+    report.check(got == expected, f"the report of {folder} says {got}; the output rows say {expected}")
+    report.notes.append(f"report of {len(files)} per-process span files: {got}")

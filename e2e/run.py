@@ -106,6 +106,15 @@ def run_pass(
     receiver_port = free_port()
     head_port = free_port()
     env = {**base_env(release.venv, marker, receiver_port, scratch), **dict(gym_pass.env)}
+    span_folder = work / "spans"
+    if gym_pass.span_files:  # to the receiver and, as docs/nemo-gym.md shows, a file per process
+        env.update(
+            {
+                "OTEL_TRACES_EXPORTER": "otlp,gym_json_file",
+                "OTEL_METRICS_EXPORTER": "otlp,gym_json_file",
+                "OTEL_PYTHON_GYM_JSON_FILE": f"{span_folder}/",
+            }
+        )
     processes = Processes(env)
 
     spans_path = work / "received.ndjson"
@@ -264,6 +273,8 @@ def run_pass(
             if verdict_rows is not None:
                 checks.check_health_spans(rollouts, verdict_rows, dispatches, received, gym_pass.verdicts, report)
                 checks.check_verdicts_counter(received, report)
+            if gym_pass.span_files:
+                checks.check_report_of_files(bin_dir / "gym-instrument", span_folder, rollouts, work, report)
             excerpt = checks.excerpt_lines(rollouts, received)
             if excerpt:
                 (work / "SPANS_EXCERPT.json").write_text("\n".join(excerpt) + "\n")

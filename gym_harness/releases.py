@@ -30,6 +30,9 @@ class Pass:
     verdicts: frozenset[str] | None = None
     # Settings of the package for this pass's processes (environment variables), beside the run's own.
     env: tuple[tuple[str, str], ...] = ()
+    # Also export into a folder of per-process files (`gym_json_file`, the setup docs/nemo-gym.md
+    # shows) and check `gym-instrument report` of that folder against the rows.
+    span_files: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class Release:
     # Contrib's aiohttp-client and FastAPI instrumentations are installed: the HTTP spans are checked
     # (without them the package's own propagation carries the context, and no HTTP span is ours).
     contrib: bool = True
+    # The package's extras installed with it (``-e REPO[extras]``), or "".
+    package_extras: str = ""
 
     @property
     def name(self) -> str:
@@ -132,9 +137,16 @@ BARE_070 = dataclasses.replace(
     requirements=E2E_DIR / "requirements-070-bare.txt",
     passes=(
         Pass("capture-on", capture=True, verdicts=frozenset({"healthy", "unhealthy"})),
-        Pass("server-telemetry-off", capture=True, verdicts=frozenset({"healthy", "unhealthy"}), env=SERVER_TELEMETRY_OFF),
+        Pass(
+            "server-telemetry-off",
+            capture=True,
+            verdicts=frozenset({"healthy", "unhealthy"}),
+            env=SERVER_TELEMETRY_OFF,
+            span_files=True,
+        ),
     ),
     inprocess_check=None,
     contrib=False,
+    package_extras="report",  # docs/nemo-gym.md's copy-paste install: gym-instrument[report]
 )
 RELEASES = (*RELEASES, BARE_070)

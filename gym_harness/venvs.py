@@ -64,6 +64,7 @@ def _stamp(release: Release, python: str, with_package: bool) -> str:
     digest.update(str(REPO).encode())
     if with_package:
         digest.update((REPO / "pyproject.toml").read_bytes())
+        digest.update(release.package_extras.encode())
     digest.update(b"with-package" if with_package else b"without-package")
     return digest.hexdigest()
 
@@ -103,7 +104,7 @@ def ensure_venv(release: Release, with_package: bool) -> Path:
     python = find_python(release.python)
     pip_arguments = [*release.pip_options, "-r", str(release.requirements)]
     if with_package:
-        pip_arguments += ["-e", str(REPO)]
+        pip_arguments += ["-e", f"{REPO}[{release.package_extras}]" if release.package_extras else str(REPO)]
     return stamped_venv(
         release.venv,
         python,
