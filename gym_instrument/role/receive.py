@@ -38,6 +38,7 @@ from gym_instrument.role.base import Hops, Role, RoleCall
 
 _EMPTY = Context()
 _MIDDLEWARE_DEPTH = 8  # how far the chain of ``.app`` attributes is followed
+_NOT_STARLETTE = object()
 
 
 class _ScopeHeaders(Getter[list[tuple[bytes, bytes]]]):
@@ -70,14 +71,13 @@ def contrib_makes_server_span(app: Any, scope: dict[str, Any]) -> bool:
             return False
         if type(app).__name__ == "OpenTelemetryMiddleware":
             return _handles(app, scope)
-        try:
-            stack = app.middleware_stack  # a Starlette application: its middleware, once built
-        except AttributeError:
+        stack = getattr(app, "middleware_stack", _NOT_STARLETTE)  # a Starlette application: its middleware, once built
+        if stack is _NOT_STARLETTE:
             app = getattr(app, "app", None)
-            continue
-        if stack is None:
+        elif stack is None:
             return getattr(app, "_is_instrumented_by_opentelemetry", False) is True
-        app = stack
+        else:
+            app = stack
     return False
 
 
