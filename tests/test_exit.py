@@ -1,7 +1,8 @@
 """Spans that stay true when the process ends (``record/exit.py``): real processes, real signals.
 
 - a dispatch whose response is never read ends before the tracer provider shuts down at exit,
-  even when a ``weakref.finalize`` was made before the provider (a ``tempfile.TemporaryDirectory``);
+  even when a ``weakref.finalize`` was made before the provider (a ``tempfile.TemporaryDirectory``),
+  and before the flush when SIGTERM kills the process;
 - a uvicorn server under ``opentelemetry-instrument`` stopped with SIGTERM or SIGINT exports the
   spans and metrics its batch processor and metric reader still held, then ends by its signal;
 - the handler chains to a handler the application set, and leaves Python's SIGINT handler alone.
@@ -54,6 +55,7 @@ def attributes(span: dict[str, Any]) -> dict[str, Any]:
 NEVER_READ = """
 import asyncio
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -88,10 +90,12 @@ async def main():
     before = time.time_ns()
     row = {"_ng_task_index": 2, "_ng_rollout_index": 0}
     kept.append(await collector.ServerClient([{"reward": 1.0}]).post(server_name="agent", url_path="/run", json=row))
-    print(json.dumps([before, time.time_ns()]))
+    print(json.dumps([before, time.time_ns()]), flush=True)
 
 
 asyncio.run(main())
+if sys.argv[2] == "SIGTERM":  # stopped as Slurm or Kubernetes stop a job: no atexit runs
+    signal.raise_signal(signal.SIGTERM)
 """
 
 COLLECTOR = """
@@ -117,18 +121,19 @@ async def get_response_json(response):
 """
 
 
-def test_a_response_never_read_ends_its_dispatch_before_the_provider_shuts_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ending", ["exit", "SIGTERM"])
+def test_a_response_never_read_ends_its_dispatch_before_the_provider_shuts_down(tmp_path: Path, ending: str) -> None:
     (tmp_path / "collector.py").write_text(COLLECTOR)
     (tmp_path / "never_read.py").write_text(NEVER_READ)
     spans_file = tmp_path / "spans.jsonl"
     process = subprocess.run(
-        [sys.executable, str(tmp_path / "never_read.py"), str(spans_file)],
+        [sys.executable, str(tmp_path / "never_read.py"), str(spans_file), ending],
         env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"},
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert process.returncode == 0, process.stderr
+    assert process.returncode == (0 if ending == "exit" else -signal.SIGTERM), process.stderr
     before, returned = json.loads(process.stdout)
     spans, _ = exported(spans_file)
     [dispatch] = [span for span in spans if span["name"] == semconv.SPAN_DISPATCH]
