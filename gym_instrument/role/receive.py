@@ -39,6 +39,7 @@ from gym_instrument.role.base import Hops, Role, RoleCall
 _EMPTY = Context()
 _MIDDLEWARE_DEPTH = 8  # how far the chain of ``.app`` attributes is followed
 _NOT_STARLETTE = object()
+_CONTRIB_ASGI = "opentelemetry.instrumentation.asgi"  # where contrib's middleware (and FastAPI's instrumentation's) comes from
 
 
 class _ScopeHeaders(Getter[list[tuple[bytes, bytes]]]):
@@ -66,6 +67,8 @@ def contrib_makes_server_span(app: Any, scope: dict[str, Any]) -> bool:
     its own reading of the URL. An application whose stack is not built yet (a first request with
     the lifespan off) is contrib's when contrib marked it (``_is_instrumented_by_opentelemetry``).
     """
+    if _CONTRIB_ASGI not in sys.modules:
+        return False  # its middleware cannot be anywhere: one lookup, not a walk down the stack
     for _ in range(_MIDDLEWARE_DEPTH):
         if app is None:
             return False
