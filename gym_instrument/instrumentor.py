@@ -54,6 +54,11 @@ carries no context across a framework's HTTP hops itself; its ``receive`` target
 ``server_telemetry`` (False: a server framework's own telemetry, FastAPI's since 0.165, is off for
 the requests its ``receive`` targets handle) and
 ``model_calls`` (False: no span per model call; ``model_call`` targets are not wrapped at all).
+
+Called from the main thread, ``instrument()`` also makes a process stopped by SIGTERM (Slurm,
+Kubernetes; a uvicorn server raises it again after its shutdown) export the spans and metrics it
+still holds first: its handler force-flushes the tracer and meter providers, then lets the signal
+do what it did before (``gym_instrument.record.exit``; ``uninstrument()`` puts back what it found).
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from gym_instrument.link.files import LinkFiles
 from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.package import _instruments
 from gym_instrument.plan.engine import ENGINE, Setup
+from gym_instrument.record.exit import flush_on_signals, stop_flushing_on_signals
 from gym_instrument.record.job import JobContext, job_context
 from gym_instrument.record.recorder import Recorder
 from gym_instrument.role import ROLES
@@ -184,10 +190,13 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             patcher = running.patcher
             patcher.update(targets, config.extractors, config.replace_default_extractors)
         use_role_extractors(config.extractors, config.replace_default_extractors)  # decorated functions too
+        # A process stopped by SIGTERM (a server under Slurm or Kubernetes) exports what it still holds.
+        flush_on_signals((config.tracer_provider, config.meter_provider))
         GymInstrumentor._running = _Running(config, targets, patcher, recorder, links, job, link_files)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         running, GymInstrumentor._running = GymInstrumentor._running, None
+        stop_flushing_on_signals()
         if running is not None:
             running.patcher.restore()
             use_role_extractors({}, ())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib
+import time
 from typing import Any
 
 import pytest
@@ -67,6 +68,8 @@ class Response:
         self._body = body
 
     async def read(self):
+        if isinstance(self._body, BaseException):
+            raise self._body  # the connection reset while the body streamed in
         return self._body
 
 
@@ -179,15 +182,17 @@ def test_model_calls_off_wraps_nothing(make_module: Any, instrument: Any, teleme
 # -- a rollout's totals on its dispatch ---------------------------------------------------------
 
 
+def collector_targets(module: str) -> list[Target]:
+    return [
+        Target(f"{module}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
+        Target(f"{module}:get_response_json", "read_result", schema=NEMO_GYM),
+    ]
+
+
 @pytest.fixture
 def collector(make_module: Any, instrument: Any) -> Any:
     name = make_module(COLLECTOR_SOURCE)
-    instrument(
-        targets=[
-            Target(f"{name}:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=NEMO_GYM),
-            Target(f"{name}:get_response_json", "read_result", schema=NEMO_GYM),
-        ]
-    )
+    instrument(targets=collector_targets(name))
     return importlib.import_module(name)
 
 
@@ -298,3 +303,90 @@ def test_reading_a_body_that_no_dispatch_waits_for_changes_nothing(collector: An
     response, body = asyncio.run(verify_hop())
     assert body is response._body
     assert telemetry.spans() == []
+
+
+# -- a deferred end: one end, whatever ends it ----------------------------------------------------
+
+
+def test_a_read_that_raises_ends_its_dispatch_failed_with_the_exceptions_type(collector: Any, telemetry: Any) -> None:
+    reset = ConnectionResetError("peer reset")
+    with pytest.raises(ConnectionResetError) as raised:
+        collect(collector, reset)
+    assert raised.value is reset  # the same exception, to the collector
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "ConnectionResetError"
+    assert [event.attributes["exception.type"] for event in span.events] == ["ConnectionResetError"]
+    assert "gen_ai.usage.input_tokens" not in span.attributes
+    assert outcomes(telemetry) == {"error": 1}  # not ok
+    gc.collect()  # the response collected later changes nothing
+    assert len(telemetry.spans("gym.rollout.dispatch")) == 1
+
+
+def test_the_users_end_extractors_run_once_when_the_body_is_read(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    seen: list[Any] = []
+
+    def turns(call: Any) -> dict[str, Any]:
+        seen.append(call.result)
+        return {"my.turns": len(call.result["turns"])}
+
+    name = make_module(COLLECTOR_SOURCE)
+    instrument(targets=collector_targets(name), extractors={"dispatch": [turns]})
+    body = {"turns": [1, 2, 3], "response": {"usage": USAGE}}
+    collect(importlib.import_module(name), body)
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert span.attributes["my.turns"] == 3
+    assert span.attributes["gen_ai.usage.input_tokens"] == 120  # the role's own rules too
+    assert seen == [body]  # once, with what was read
+
+
+def test_an_end_extractor_declares_a_read_rollout_failed(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    def failed_as_data(call: Any) -> dict[str, Any] | None:
+        return {"error.type": "agent_gave_up"} if call.result.get("status") == "gave_up" else None
+
+    name = make_module(COLLECTOR_SOURCE)
+    instrument(targets=collector_targets(name), extractors={"dispatch": [failed_as_data]})
+    collect(importlib.import_module(name), {"status": "gave_up"})
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert span.status.status_code is StatusCode.ERROR and span.attributes["error.type"] == "agent_gave_up"
+    assert outcomes(telemetry) == {"error": 1}
+
+
+def test_a_response_never_read_in_a_reference_cycle_ends_its_dispatch_when_the_post_returned(
+    collector: Any, telemetry: Any
+) -> None:
+    async def post_and_drop() -> tuple[int, int]:
+        before = time.time_ns()
+        response = await collector.ServerClient([{"response": {"usage": USAGE}}]).post(
+            server_name="agent", url_path="/run", json=ROW
+        )
+        returned = time.time_ns()
+        response.itself = response  # a reference cycle: only the garbage collector frees it
+        return before, returned
+
+    gc.disable()  # the collection runs when this test says
+    try:
+        before, returned = asyncio.run(post_and_drop())
+        assert telemetry.spans("gym.rollout.dispatch") == []  # not read, not collected yet
+        collected_at = time.time_ns()
+        gc.collect()
+    finally:
+        gc.enable()
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert before <= span.start_time <= span.end_time <= returned < collected_at  # the POST's duration, not the collector's
+    assert span.status.status_code is StatusCode.UNSET and "gen_ai.usage.input_tokens" not in span.attributes
+
+
+def test_a_body_read_twice_ends_its_dispatch_once(collector: Any, telemetry: Any) -> None:
+    async def closure() -> None:
+        response = await collector.ServerClient([{"response": {"usage": USAGE}}]).post(
+            server_name="agent", url_path="/run", json=ROW
+        )
+        await collector.get_response_json(response)
+        await collector.get_response_json(response)
+
+    asyncio.run(closure())
+    gc.collect()
+    [span] = telemetry.spans("gym.rollout.dispatch")
+    assert span.attributes["gen_ai.usage.input_tokens"] == 120
+    assert outcomes(telemetry) == {"ok": 1}

@@ -108,19 +108,20 @@ def test_the_setting_from_the_environment(client: Any, telemetry: Any, monkeypat
     assert headers is None
 
 
-def test_nothing_is_injected_while_contribs_aiohttp_client_instrumentation_is_on(client: Any, telemetry: Any) -> None:
+def test_a_request_is_injected_while_contribs_aiohttp_client_instrumentation_is_on(client: Any, telemetry: Any) -> None:
+    """Contrib skips some requests (a session made before its instrument(), an excluded URL): the
+    headers carry the context all the same; a request contrib handles gets its client span's
+    instead (see the tests over real HTTP below)."""
     from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
 
     module = client()
     instrumentor = AioHttpClientInstrumentor()
     instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
     try:
-        headers, _ = send(module, telemetry, headers={"a": "b"})
-        assert headers == {"a": "b"}  # contrib's client span injects, once
+        headers, span = send(module, telemetry, headers={"a": "b"})
     finally:
         instrumentor.uninstrument()
-    headers, _ = send(module, telemetry, headers={"a": "b"})
-    assert "traceparent" in headers  # switched off again: ours injects
+    assert headers["traceparent"].split("-")[2] == f"{span.get_span_context().span_id:016x}"
 
 
 # -- receive --------------------------------------------------------------------------------------
@@ -169,10 +170,17 @@ def test_the_setting_leaves_the_boundary_isolating_only(server: Any, telemetry: 
     assert not span_context.is_valid and rollout_id is None
 
 
-class Instrumented:
-    """An application contrib's FastAPI instrumentation marked (``instrument_app``), behind a middleware."""
+@pytest.fixture
+def server_at(make_module: Any, instrument: Any) -> Any:
+    """A request cycle whose scope has a path (``/verify``), for contrib's excluded URLs."""
+    source = SERVER_SOURCE.replace('"headers": headers}', '"headers": headers, "path": "/verify"}')
+    name = make_module(source)
+    instrument(targets=[Target(f"{name}:RequestResponseCycle.run_asgi", "receive")])
+    return importlib.import_module(name)
 
-    _is_instrumented_by_opentelemetry = True
+
+async def asgi_app(scope: Any, receive: Any, send: Any) -> None:
+    return None
 
 
 class Middleware:
@@ -180,19 +188,39 @@ class Middleware:
         self.app = app
 
 
-def test_nothing_is_extracted_where_contrib_instruments_the_application(server: Any, telemetry: Any) -> None:
-    span_context, rollout_id = serve(server(), telemetry, app=Middleware(Instrumented()))
+def test_nothing_is_extracted_where_contribs_middleware_makes_the_server_span(server_at: Any, telemetry: Any) -> None:
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+    application = Middleware(OpenTelemetryMiddleware(asgi_app, excluded_urls="healthz"))
+    span_context, rollout_id = serve(server_at, telemetry, app=application)
     assert not span_context.is_valid and rollout_id is None  # isolated: contrib's server span extracts
 
 
-def test_nothing_is_extracted_behind_contribs_asgi_middleware(server: Any, telemetry: Any) -> None:
+def test_a_request_contribs_middleware_excludes_runs_in_its_own_context(server_at: Any, telemetry: Any) -> None:
     from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        return None
+    application = Middleware(OpenTelemetryMiddleware(asgi_app, excluded_urls="verify"))
+    span_context, rollout_id = serve(server_at, telemetry, app=application)
+    assert span_context.span_id == 0xAB54A98CEB1F0AD2 and rollout_id == "7-0"
 
-    span_context, _ = serve(server(), telemetry, app=Middleware(OpenTelemetryMiddleware(app)))
-    assert not span_context.is_valid
+
+def test_a_fastapi_application_is_contribs_by_its_built_middleware_stack(server_at: Any, telemetry: Any) -> None:
+    from fastapi import FastAPI
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    application = FastAPI()
+    FastAPIInstrumentor.instrument_app(application, tracer_provider=telemetry.tracer_provider, excluded_urls="verify")
+    try:
+        # Its stack not built yet (the lifespan off, a first request): contrib marked it, so it is contrib's.
+        assert serve(server_at, telemetry, app=Middleware(application)) == (trace.INVALID_SPAN_CONTEXT, None)
+        application.middleware_stack = application.build_middleware_stack()  # what its first call does
+        span_context, rollout_id = serve(server_at, telemetry, app=Middleware(application))
+        assert span_context.span_id == 0xAB54A98CEB1F0AD2 and rollout_id == "7-0"  # excluded by contrib: extracted
+    finally:
+        FastAPIInstrumentor.uninstrument_app(application)
+    # Its stack rebuilt without contrib's middleware, the marker gone: the boundary extracts.
+    span_context, _ = serve(server_at, telemetry, app=Middleware(application))
+    assert span_context.span_id == 0xAB54A98CEB1F0AD2
 
 
 def test_an_asgi_application_called_with_its_scope_is_a_boundary_too(make_module: Any, instrument: Any, telemetry: Any) -> None:
@@ -206,3 +234,175 @@ def test_an_asgi_application_called_with_its_scope_is_a_boundary_too(make_module
     span_context = asyncio.run(module.app({"type": "http", "headers": HEADERS}, None, None))
     assert span_context.span_id == 0xAB54A98CEB1F0AD2
     assert trace.get_current_span().get_span_context().is_valid is False
+
+
+# -- beside contrib, over real HTTP -------------------------------------------------------------
+#
+# A rollout dispatched in this process (real aiohttp, the package's inject target at its request
+# function, contrib's aiohttp-client instrumentation switched on here) to a resources server in
+# another (real uvicorn and FastAPI under opentelemetry-instrument, contrib's FastAPI instrumentation
+# on, the preset's receive boundary), on 127.0.0.1. Contrib skips some requests; the context must
+# reach the verify all the same, and a request never carries two traceparent headers.
+
+ROLLOUT_SOURCE = '''
+import aiohttp
+
+
+async def request(session, method, url, **kwargs):
+    """NeMo Gym's one request function; the server answers with how many traceparents it got."""
+    async with session.request(method, url, **kwargs) as response:
+        response.raise_for_status()
+        return {**await response.json(), "traceparents": int(response.headers["x-traceparents"])}
+
+
+async def rollout(row, session, url):
+    return await request(session, "POST", url + "/verify", json={"answer": "B", "expected": "B"})
+'''
+
+ROW = {"_ng_task_index": 4, "_ng_rollout_index": 1}  # rollout "4-1": its verify request carries no id
+
+
+@pytest.fixture(scope="module")
+def resources_servers(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Two resources servers, each a real uvicorn under the launcher with contrib's FastAPI
+    instrumentation: one whose contrib excludes another URL, one whose contrib excludes /verify."""
+    import subprocess
+    import sys
+
+    from tests.otlp_receiver import OtlpReceiver
+    from tests.test_crossprocess import LAUNCHER, ROOT, environment, free_port, wait_until_listening
+
+    logs = tmp_path_factory.mktemp("resources")
+    servers: dict[str, Any] = {}
+    processes = []
+    with OtlpReceiver() as receiver:
+        try:
+            for excluded in ("healthz", "verify"):
+                port = free_port()
+                targets = "tests.crossprocess.services:ResourcesServer.verify=verify@nemo_gym"
+                env = {
+                    **environment(receiver, f"resources-{excluded}", targets, "true"),
+                    "OTEL_PYTHON_FASTAPI_EXCLUDED_URLS": excluded,
+                }
+                log = logs / f"{excluded}.log"
+                command = [LAUNCHER, sys.executable, "-m", "uvicorn", "tests.crossprocess.services:resources_app", "--factory"]
+                with log.open("wb") as out:
+                    processes.append(
+                        subprocess.Popen(
+                            [*command, "--host", "127.0.0.1", "--port", str(port)],
+                            env=env,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            cwd=ROOT,
+                            start_new_session=True,
+                        )
+                    )
+                wait_until_listening(port, processes[-1], log)
+                servers[excluded] = f"http://127.0.0.1:{port}"
+            yield receiver, servers
+        finally:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.wait(timeout=30)
+
+
+def dispatch_over_http(make_module: Any, instrument: Any, telemetry: Any, url: str, contrib: str, monkeypatch: Any) -> Any:
+    """One rollout dispatched to ``url``; ``contrib``: how contrib's aiohttp-client instrumentation
+    meets it (``session before``: switched on after the session was made; ``excludes verify``: its
+    excluded URLs name /verify; ``handles``: on before the session, nothing excluded)."""
+    import aiohttp
+    from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
+
+    name = make_module(ROLLOUT_SOURCE)
+    instrument(targets=[f"{name}:rollout=dispatch@nemo_gym", f"{name}:request=inject@nemo_gym"])
+    module = importlib.import_module(name)
+    if contrib == "excludes verify":
+        monkeypatch.setenv("OTEL_PYTHON_AIOHTTP_CLIENT_EXCLUDED_URLS", "verify")
+    instrumentor = AioHttpClientInstrumentor()
+
+    async def run() -> Any:
+        if contrib == "session before":
+            session = aiohttp.ClientSession()
+            instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
+        else:
+            instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
+            session = aiohttp.ClientSession()
+        async with session:
+            return await module.rollout(dict(ROW), session, url)
+
+    try:
+        return asyncio.run(run())
+    finally:
+        instrumentor.uninstrument()
+
+
+_SEEN_VERIFIES: set[str] = set()  # the verify spans earlier tests of this module took
+
+
+def verify_of(receiver: Any, service: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The verify span ``service`` made for this test's one request (the one no earlier test took),
+    and every span received so far."""
+
+    def new(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            s
+            for s in spans
+            if s["name"] == semconv.SPAN_VERIFY and s["service"] == service and s["span_id"] not in _SEEN_VERIFIES
+        ]
+
+    spans = receiver.wait_for(lambda spans: bool(new(spans)), timeout=60, what=f"a verify span from {service}")
+    [verify] = new(spans)
+    _SEEN_VERIFIES.add(verify["span_id"])
+    return verify, spans
+
+
+@pytest.mark.parametrize("contrib", ["session before", "excludes verify", "handles"])
+def test_the_verify_joins_its_rollout_whatever_contribs_client_skips(
+    resources_servers: Any, make_module: Any, instrument: Any, telemetry: Any, monkeypatch: Any, contrib: str
+) -> None:
+    receiver, servers = resources_servers
+    result = dispatch_over_http(make_module, instrument, telemetry, servers["healthz"], contrib, monkeypatch)
+    assert result["reward"] == 1.0
+    assert result["traceparents"] == 1  # never two: contrib's client span's replaces the package's
+    [dispatch] = telemetry.spans(semconv.SPAN_DISPATCH)
+    trace_id = f"{dispatch.context.trace_id:032x}"
+    verify, _ = verify_of(receiver, "resources-healthz")
+    assert verify["trace_id"] == trace_id  # the verify is in its rollout's trace
+    assert verify["attributes"][semconv.ROLLOUT_ID] == "4-1"  # from the rollout's baggage alone
+    clients = [span for span in telemetry.spans() if span.kind is trace.SpanKind.CLIENT]
+
+    # Contrib's span for the request (its name, "POST /verify"; it ends after the verify, and may
+    # come in a later batch), a SERVER span: the boundary left the request to it (contrib makes an
+    # INTERNAL one when a span is current already).
+    def servers(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [s for s in spans if s["trace_id"] == trace_id and s["name"] == "POST /verify"]
+
+    [server] = servers(receiver.wait_for(lambda spans: bool(servers(spans)), timeout=60, what="contrib's server span"))
+    assert server["kind"] == trace.SpanKind.SERVER.value + 1  # (OTLP's enum is the API's + 1)
+    if contrib == "handles":
+        # The request carried contrib's client span's context: the server span is its child.
+        [client_span] = clients
+        assert server["parent_id"] == f"{client_span.context.span_id:016x}"
+    else:
+        assert clients == []  # contrib skipped it: the package's context, the dispatch's own
+        assert server["parent_id"] == f"{dispatch.context.span_id:016x}"
+
+
+@pytest.mark.parametrize("contrib", ["handles", "session before"])
+def test_the_verify_joins_its_rollout_where_contribs_server_excludes_its_url(
+    resources_servers: Any, make_module: Any, instrument: Any, telemetry: Any, monkeypatch: Any, contrib: str
+) -> None:
+    receiver, servers = resources_servers
+    result = dispatch_over_http(make_module, instrument, telemetry, servers["verify"], contrib, monkeypatch)
+    assert result["traceparents"] == 1
+    [dispatch] = telemetry.spans(semconv.SPAN_DISPATCH)
+    trace_id = f"{dispatch.context.trace_id:032x}"
+    verify, spans = verify_of(receiver, "resources-verify")
+    assert verify["trace_id"] == trace_id
+    assert verify["attributes"][semconv.ROLLOUT_ID] == "4-1"
+    # No server span (contrib excluded /verify, and FastAPI's own steps back beside contrib's
+    # middleware): the verify's parent is the span whose context the request carried.
+    assert [s for s in spans if s["trace_id"] == trace_id and s["service"] == "resources-verify"] == [verify]
+    sender = [span for span in telemetry.spans() if span.kind is trace.SpanKind.CLIENT] or [dispatch]
+    assert verify["parent_id"] == f"{sender[0].context.span_id:016x}"

@@ -7,10 +7,12 @@ booleans. At call time one wrapper per kind of function runs it: sync, coroutine
 async generator and async context manager. Each one admits the call (:meth:`Plan.admit`), starts
 it (:meth:`Plan.start`) and ends it in exactly one idempotent place (:meth:`Active.finish`),
 reached from every exit path; the context is detached where it was attached. A role may defer
-the span's end past the call's return (``Role.defer``): the call's context is detached then, and
-the span ends once, later, through :meth:`Active.complete` or :meth:`Active.abandon`. The extractor
-return convention (``extract``) is applied in those two places and nowhere else: a rollout id
-from a start extractor names the rollout (baggage included), an ``error.type`` from an end
+the span's end past the call's return (``Role.defer``): a state of the same end, not a second
+one. The call's context is detached when it returns, and the span ends at the next
+:meth:`Active.finish`, made by what the role handed the call to, with what it read, what the
+read raised, or nothing (abandoned: the span ends when the call returned). The extractor return
+convention (``extract``) is applied in the start and in that one end and nowhere else: a rollout
+id from a start extractor names the rollout (baggage included), an ``error.type`` from an end
 extractor marks a returned call failed.
 
 Generators: the span covers the iteration, from the first step to exhaustion, an exception or
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from time import time_ns
 from typing import Any, Protocol
 
 from opentelemetry import context, trace
@@ -161,8 +164,9 @@ class Plan:
         self.counts_reward = role.counts_reward
         self.carries_rollout_id = role.carries_rollout_id
         self.remembers = role.remembers_dispatch
-        # A role without a span whose calls' results become child spans (it overrides emit).
-        self.emits = not self.spans and type(role).emit is not Role.emit
+        # A role without a span whose call's end does something (it overrides emit or on_failure):
+        # child spans from its result, the end of a call that waited for it.
+        self.emits = not self.spans and (type(role).emit is not Role.emit or type(role).on_failure is not Role.on_failure)
         # A role without a span that prepares its call (its arguments, its context) before it runs.
         self.prepares = not self.spans and type(role).prepare is not Role.prepare
         # A role whose span may end after its call returned (Role.defer).
@@ -295,6 +299,11 @@ class Plan:
         return active
 
 
+# The states of a call in flight (Active.state): running, deferred (returned, its span still open
+# until what it waits for ends it: Role.defer), done.
+_RUNNING, _DEFERRED, _DONE = 0, 1, 2
+
+
 class Active:
     """One call in flight. :meth:`finish` is the single, idempotent place it ends.
 
@@ -303,7 +312,20 @@ class Active:
     ``call`` is what the plan's extractors are given (None when it has none).
     """
 
-    __slots__ = ("call", "ctx", "done", "identity", "output", "plan", "rollout_id", "row", "setup", "span", "token")
+    __slots__ = (
+        "call",
+        "ctx",
+        "identity",
+        "output",
+        "plan",
+        "returned_at",
+        "rollout_id",
+        "row",
+        "setup",
+        "span",
+        "state",
+        "token",
+    )
 
     def __init__(self, plan: Plan, setup: Setup) -> None:
         self.plan = plan
@@ -316,7 +338,8 @@ class Active:
         self.rollout_id: Any = None  # the rollout a verify scores, as its span started (for the rewarded count)
         self.ctx: Context = _NO_CONTEXT  # Plan.start sets the call's own before it returns it
         self.token: object | None = None
-        self.done = False
+        self.state = _RUNNING
+        self.returned_at: int | None = None  # a deferred call's return (ns): its end when its wait is abandoned
 
     def attach(self) -> None:
         self.token = attach(self.ctx)
@@ -330,94 +353,86 @@ class Active:
                 FAILURES.failed("detaching the context of", self.plan.where)
 
     def finish(self, result: Any = MISSING, exception: BaseException | None = None) -> None:
-        """End the call: the role's end rules, the user's end extractors, the span, the counts."""
-        if self.done:
+        """End the call, once: the role's end rules, the user's end extractors, the span, the counts.
+
+        Every exit of the call reaches it (return, raise, cancellation, close). When the role defers
+        the end of a call that returned (:meth:`Role.defer`), this first finish only detaches its
+        context and leaves its span open; the span then ends at the next finish, which the role's
+        :class:`~gym_instrument.role.base.Pending` makes: with what was read (``result``: the
+        role's end rules and the user's end extractors run over it), with what the read raised
+        (``exception``: the call failed), or with neither when the wait was abandoned (the span ends
+        at the time the call returned, never at the time the abandonment was noticed).
+        """
+        state = self.state
+        if state == _DONE:
             return
-        self.done = True
-        token = self.token
-        if token is not None:
-            self.token = None
-            try:
-                detach(token)
-            except Exception:
-                FAILURES.failed("detaching the context of", self.plan.where)
         plan = self.plan
         span = self.span
+        if state == _RUNNING:
+            token = self.token
+            if token is not None:
+                self.token = None
+                try:
+                    detach(token)
+                except Exception:
+                    FAILURES.failed("detaching the context of", plan.where)
+        self.state = _DONE
         try:
             if plan.emits:
                 if exception is None:
                     plan.role.emit(self, plan, result)
+                else:
+                    plan.role.on_failure(self, plan, exception)
                 return
             if span is None:
                 return
             if not span.is_recording():
                 span.end()  # sampled out: nothing to read, count or remember
                 return
+            end_time = None
             attributes: dict[str, Any] | None = None
-            failed_as = None  # error.type an end extractor returned for a call that returned
-            if exception is None and plan.reads_result:
+            if exception is None and result is not MISSING and plan.reads_result:
                 try:
                     attributes = plan.role.on_success(plan, self.row, result)
                 except Exception:  # a schema that fails on this result: logged once, the span goes on without
                     FAILURES.failed(f"the end rules of the {plan.role_name} role", plan.where)
+            failed_as = attributes.get(semconv.ERROR_TYPE) if attributes and exception is None else None
+            if state == _RUNNING:
+                if exception is None and failed_as is None and plan.defers:
+                    # All set before defer(): what the role hands the call to may end it at once.
+                    self.returned_at = time_ns()
+                    if attributes:
+                        span.set_attributes(attributes)
+                    if self.call is not None:
+                        self.call.result = result  # what the user's end extractors see if nothing is read
+                    self.state = _DEFERRED
+                    if plan.role.defer(plan, self, result):
+                        return  # the span stays open: the role's Pending finishes it
+                    self.state = _DONE
+            elif result is MISSING and exception is None:
+                end_time = self.returned_at  # abandoned: the span lasts as long as the call did
             if plan.end_extractors:
                 call: Call = self.call  # type: ignore[assignment]
-                call.result, call.exception = result, exception
+                if result is not MISSING or exception is not None:
+                    call.result, call.exception = result, exception
                 if attributes is None:
                     attributes = {}
                 run_extractors(plan.end_extractors, call, attributes, plan.where)
-            if attributes:
-                if exception is None:  # a failure returned as data (the schema's or an extractor's error.type)
+                if exception is None:  # a failure returned as data: the schema's or an extractor's error.type
                     failed_as = attributes.get(semconv.ERROR_TYPE)
+            if attributes:
                 span.set_attributes(attributes)
-            if exception is None and failed_as is None and plan.defers and plan.role.defer(plan, self, result):
-                return  # the span ends later: complete() or abandon()
-            self._end(span, attributes, failed_as, exception)
-        except Exception:
-            FAILURES.failed(f"the end of the {plan.role_name} role", plan.where)
-            if span is not None:
-                try:
-                    span.end()  # idempotent in the SDK: a span that already ended warns, never raises
-                except Exception:
-                    pass
-
-    def complete(self, result: Any) -> None:
-        """End a deferred call's span with the role's end rules over ``result`` (role.Pending)."""
-        plan = self.plan
-        attributes: dict[str, Any] | None = None
-        if plan.reads_result:
-            try:
-                attributes = plan.role.on_success(plan, self.row, result)
-            except Exception:
-                FAILURES.failed(f"the end rules of the {plan.role_name} role", plan.where)
-        failed_as = None
-        if attributes:
-            failed_as = attributes.get(semconv.ERROR_TYPE)
-            try:
-                self.span.set_attributes(attributes)  # type: ignore[union-attr]  # (a deferred call has its span)
-            except Exception:
-                FAILURES.failed(f"the end of the {plan.role_name} role", plan.where)
-        self._end(self.span, attributes, failed_as, None)  # type: ignore[arg-type]
-
-    def abandon(self) -> None:
-        """End a deferred call's span as it is (role.Pending)."""
-        self._end(self.span, None, None, None)  # type: ignore[arg-type]
-
-    def _end(self, span: Span, attributes: dict[str, Any] | None, failed_as: Any, exception: BaseException | None) -> None:
-        """End the span, remember the dispatch for its verdict, count the outcome."""
-        plan = self.plan
-        try:
             setup = self.setup
             tallies = setup.recorder.tallies
             if failed_as is not None:
-                end_failed(span, str(failed_as))
+                end_failed(span, str(failed_as), end_time)
                 outcome = tallies.error
             elif exception is None:
-                span.end()
+                span.end(end_time)
                 outcome = tallies.ok
             else:
                 cancelled = isinstance(exception, _CANCELLATION)
-                end_span(span, exception, cancelled)
+                end_span(span, exception, cancelled, end_time)
                 outcome = tallies.cancelled if cancelled else tallies.error
             if plan.remembers:
                 # Remembered however it ended: a health pass judges failed rollouts too.
@@ -438,6 +453,7 @@ class Active:
                 next(outcome)
         except Exception:
             FAILURES.failed(f"the end of the {plan.role_name} role", plan.where)
+            self.state = _DONE  # (also when the role's defer raised: the span ends here, once)
             if span is not None:
                 try:
                     span.end()  # idempotent in the SDK: a span that already ended warns, never raises

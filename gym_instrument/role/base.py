@@ -22,7 +22,7 @@ from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.record.job import JobContext, has_parent
 from gym_instrument.record.spans import FrameworkSpan, framework_span
 from gym_instrument.schema.base import RolloutSchema
-from gym_instrument.schema.fields import rollout_id_string
+from gym_instrument.schema.fields import MISSING, rollout_id_string
 
 # The rollout id when baggage is kept in-process only (OTEL_PYTHON_GYM_BAGGAGE=false): a plain
 # context value, which no propagator writes into outgoing headers.
@@ -98,13 +98,15 @@ class Emission(Protocol):
 
 
 class Pending(Protocol):
-    """A call whose span outlives it (:meth:`Role.defer`): ended once, by whichever comes first."""
+    """A call whose span outlives it (:meth:`Role.defer`): the call's one end, made later, once.
 
-    def complete(self, result: Any) -> None:
-        """End the span with the attributes the role reads from ``result`` (what was read later)."""
+    ``finish(result)``: what it waited for came (the role's end rules and the user's end extractors
+    run over ``result``); ``finish(exception=...)``: reading it raised (the call failed, with the
+    exception's ``error.type``); ``finish()``: it will never come (the span ends at the time the call
+    returned). Whichever comes first ends it; the others change nothing."""
 
-    def abandon(self) -> None:
-        """End the span without them (what it waited for will never come)."""
+    def finish(self, result: Any = MISSING, exception: BaseException | None = None) -> None:
+        """End the call's span (see the class)."""
 
 
 class Role:
@@ -125,7 +127,8 @@ class Role:
     # What else a role does is a hook it overrides (the engine asks which, once per wrapped function):
     # emit (child spans from a result), spanless_context (the context a role without a span runs its
     # call in), prepare (a role without a span that changes its call's arguments or context before
-    # it runs), on_success (attributes from a result), defer (a span that ends after its call returned).
+    # it runs), on_success (attributes from a result), defer (a span that ends after its call returned),
+    # on_failure (what a role without a span ends when its call raised).
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and
@@ -188,10 +191,14 @@ class Role:
 
     def defer(self, call: RoleCall, pending: Pending, result: Any) -> bool:
         """Whether a call that returned ``result`` ends later than it returns: True once the role
-        has handed ``pending`` to what will end it (its span stays open; its context is detached).
-        Default: it ends now."""
+        has handed ``pending`` to what will end it (its span stays open; its context is detached;
+        the user's end extractors run when it ends). Default: it ends now."""
         return False
 
     def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
         """Child spans from a result, or from each item a generator yields (a role without a span that
         overrides this; the call's end makes no span of its own)."""
+
+    def on_failure(self, emission: Emission, call: RoleCall, exception: BaseException) -> None:
+        """A role without a span whose call raised ``exception``: what that ends (``read_result``: the
+        dispatch that waited for the body it failed to read). Default: nothing."""

@@ -48,5 +48,6 @@ class DispatchRole(Role):
 
     def defer(self, call: RoleCall, pending: Pending, result: Any) -> bool:
         # A response whose body (the rollout's result, its token totals) is read later: the read
-        # ends the span (role.read_result), or the response's collection when it is never read.
+        # ends the span (role.read_result), failed when it raises; a response never read ends it
+        # when it is collected or at the process's exit.
         return call.schema.body_read_later(result) and hold(result, pending)

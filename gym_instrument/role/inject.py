@@ -2,15 +2,18 @@
 
 No span: the call's ``headers`` keyword argument becomes a copy of the caller's with the current
 trace context and baggage injected through the configured global propagators (``OTEL_PROPAGATORS``:
-W3C trace context and baggage by default). Nothing is injected when propagation is off, when an
-OpenTelemetry HTTP client instrumentation of contrib is active for the target's HTTP client (its
-own client span injects; see :data:`CLIENT_INSTRUMENTATIONS`), or when the caller's headers already
-carry a ``traceparent``: a request never carries two.
+W3C trace context and baggage by default). Nothing is injected when propagation is off or when the
+caller's headers already carry a ``traceparent``: a request never carries two.
+
+It injects whether or not an OpenTelemetry HTTP client instrumentation of contrib is on, because
+contrib skips some requests (a session made before its ``instrument()``, a URL its
+``OTEL_PYTHON_*_EXCLUDED_URLS`` names). A request contrib does handle gets contrib's client span's
+context, which replaces these headers (its propagator sets each header, it never adds a second):
+the request carries one ``traceparent``, its client span's.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -19,35 +22,6 @@ from opentelemetry.context import Context
 
 from gym_instrument import semconv
 from gym_instrument.role.base import Hops, Role, RoleCall
-
-# The HTTP client library a schema names -> contrib's instrumentor of it (module, class).
-CLIENT_INSTRUMENTATIONS: dict[str, tuple[str, str]] = {
-    "aiohttp": ("opentelemetry.instrumentation.aiohttp_client", "AioHttpClientInstrumentor"),
-    "httpx": ("opentelemetry.instrumentation.httpx", "HTTPXClientInstrumentor"),
-    "requests": ("opentelemetry.instrumentation.requests", "RequestsInstrumentor"),
-    "urllib3": ("opentelemetry.instrumentation.urllib3", "URLLib3Instrumentor"),
-}
-
-
-def contrib_client_active(client: str | None) -> bool:
-    """Whether contrib's instrumentation of ``client`` (None: of any client it knows) is instrumented.
-
-    Read from the instrumentor's own singleton (``BaseInstrumentor``), only when its module has
-    been imported: a process that never loaded it pays one dictionary lookup."""
-    names = (client,) if client is not None else tuple(CLIENT_INSTRUMENTATIONS)
-    modules = sys.modules
-    for name in names:
-        where = CLIENT_INSTRUMENTATIONS.get(name)
-        if where is None:
-            continue
-        module = modules.get(where[0])
-        if module is None:
-            continue
-        instrumentor = getattr(module, where[1], None)
-        instance = getattr(instrumentor, "_instance", None)
-        if instance is not None and getattr(instance, "_is_instrumented_by_opentelemetry", False) is True:
-            return True
-    return False
 
 
 def _has_traceparent(headers: Any) -> bool:
@@ -75,7 +49,7 @@ class InjectRole(Role):
         current: Context,
         hops: Hops,
     ) -> Context | None:
-        if not hops.propagation or contrib_client_active(call.schema.http_client):
+        if not hops.propagation:
             return None
         given = kwargs.get("headers")
         headers: Any

@@ -5,7 +5,13 @@ next request is never traced inside the previous one); unlike it, the trace cont
 the request's headers carry are extracted into that context through the configured global
 propagators, so what the request causes (a verify) joins the trace of the rollout that sent it.
 No span is made for the hop. Nothing is extracted when propagation is off or when contrib's
-ASGI or FastAPI instrumentation is active for the application (its server span extracts).
+ASGI middleware (FastAPI's instrumentation puts it at the top of the application's middleware
+stack) makes the server span of this request: its span extracts, and it makes a SERVER span only
+when no span is current (``_start_internal_or_server_span``), so an extracted parent would turn it
+INTERNAL. A request whose URL that middleware excludes (``excluded_urls``,
+``OTEL_PYTHON_FASTAPI_EXCLUDED_URLS``) gets no span of contrib's, and FastAPI's own telemetry
+steps back wherever contrib's middleware is: its context is extracted here, so what it causes
+still joins the rollout's trace.
 With the server_telemetry setting off, the entries of the schema's ``quiet_server_scope`` are put
 in the request's scope first: the server framework's own telemetry leaves the request alone.
 
@@ -18,6 +24,7 @@ next one in ``app``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,6 +38,8 @@ from gym_instrument.role.base import Hops, Role, RoleCall
 
 _EMPTY = Context()
 _MIDDLEWARE_DEPTH = 8  # how far the chain of ``.app`` attributes is followed
+_NOT_STARLETTE = object()
+_CONTRIB_ASGI = "opentelemetry.instrumentation.asgi"  # where contrib's middleware (and FastAPI's instrumentation's) comes from
 
 
 class _ScopeHeaders(Getter[list[tuple[bytes, bytes]]]):
@@ -48,19 +57,47 @@ class _ScopeHeaders(Getter[list[tuple[bytes, bytes]]]):
 _GETTER = _ScopeHeaders()
 
 
-def contrib_server_active(app: Any) -> bool:
-    """Whether contrib instruments ``app``: a FastAPI application it instrumented (its marker
-    ``_is_instrumented_by_opentelemetry``, set by ``FastAPIInstrumentor`` and by Gym's own
-    telemetry, which uses it) or an ``OpenTelemetryMiddleware`` in the chain of ``.app``."""
+def contrib_makes_server_span(app: Any, scope: dict[str, Any]) -> bool:
+    """Whether contrib's ASGI middleware makes the server span of the request ``scope`` describes.
+
+    The middleware (``OpenTelemetryMiddleware``) is looked for down the chain of ``.app``, through a
+    Starlette application's built ``middleware_stack`` (FastAPI's instrumentation puts it there;
+    its marker on the application is not enough: it stays when the stack was built without the
+    middleware); it makes the span unless the request's URL is one it excludes, by its own list and
+    its own reading of the URL. An application whose stack is not built yet (a first request with
+    the lifespan off) is contrib's when contrib marked it (``_is_instrumented_by_opentelemetry``).
+    """
+    if _CONTRIB_ASGI not in sys.modules:
+        return False  # its middleware cannot be anywhere: one lookup, not a walk down the stack
     for _ in range(_MIDDLEWARE_DEPTH):
         if app is None:
             return False
-        if getattr(app, "_is_instrumented_by_opentelemetry", False) is True:
-            return True
         if type(app).__name__ == "OpenTelemetryMiddleware":
-            return True
-        app = getattr(app, "app", None)
+            return _handles(app, scope)
+        stack = getattr(app, "middleware_stack", _NOT_STARLETTE)  # a Starlette application: its middleware, once built
+        if stack is _NOT_STARLETTE:
+            app = getattr(app, "app", None)
+        elif stack is None:
+            return getattr(app, "_is_instrumented_by_opentelemetry", False) is True
+        else:
+            app = stack
     return False
+
+
+def _handles(middleware: Any, scope: dict[str, Any]) -> bool:
+    """Whether contrib's ASGI ``middleware`` makes a span for ``scope`` (it skips what it excludes)."""
+    excluded = getattr(middleware, "excluded_urls", None)
+    if not excluded:
+        return True
+    try:
+        # Contrib's own reading of the request's URL, from the middleware's own module.
+        url_of = getattr(sys.modules.get(type(middleware).__module__), "get_host_port_url_tuple", None)
+        if url_of is None:
+            return True  # a contrib that reads URLs otherwise: its span, as before it excluded any
+        return not excluded.url_disabled(url_of(scope)[2])
+    except Exception:
+        FAILURES.failed("reading contrib's excluded URLs at", "a request boundary")
+        return True
 
 
 def extracted(headers: Iterable[tuple[bytes, bytes]]) -> Context:
@@ -98,7 +135,7 @@ class ReceiveRole(Role):
                 return _EMPTY
             for key, value in quiet:
                 scope.setdefault(key, value)  # (a key already there is the server's own, kept)
-            if not hops.propagation or contrib_server_active(app):
+            if not hops.propagation or contrib_makes_server_span(app, scope):
                 return _EMPTY
             headers = scope.get("headers")
             return extracted(headers) if headers else _EMPTY

@@ -74,13 +74,13 @@ PRESET: dict[str, Any] = {
         # Newer releases only; imported lazily by the collector, so the module attribute is patched.
         {"path": "nemo_gym.rollout_health:run_health_checks", "role": "health", "schema": "nemo_gym", "optional": True},
         # Every hop between Gym's processes goes through this one function (0.7.0's docstring: "the
-        # only place Gym talks to another server"): the current context goes into its headers, unless
-        # contrib's aiohttp-client instrumentation (or Gym's own telemetry) already puts it there.
+        # only place Gym talks to another server"): the current context goes into its headers (where
+        # contrib's aiohttp-client instrumentation handles the request, its client span's replaces it).
         {"path": "nemo_gym.server_utils:request", "role": "inject", "schema": "nemo_gym", "optional": True},
         # NeMo Gym's servers run on uvicorn, which can start a keep-alive connection's next request
         # inside the previous request's context: each request cycle starts from an empty context with
         # the request's own traceparent and baggage in it (extracted here, unless contrib's FastAPI
-        # instrumentation does it), never as part of another rollout.
+        # instrumentation does it for this request), never as part of another rollout.
         {
             "path": "uvicorn.protocols.http.h11_impl:RequestResponseCycle.run_asgi",
             "role": "receive",
