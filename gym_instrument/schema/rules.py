@@ -137,10 +137,12 @@ VerdictFacts = tuple[VerdictName, dict[str, Any]]
 def usage_attributes(input_tokens: Any, output_tokens: Any) -> dict[str, Any]:
     """Token counts (GenAI ``gen_ai.usage.*``): each an int >= 0, omitted otherwise."""
     attributes: dict[str, Any] = {}
-    for name, value in ((semconv.GEN_AI_INPUT_TOKENS, input_tokens), (semconv.GEN_AI_OUTPUT_TOKENS, output_tokens)):
-        count = index_value(value)
-        if count is not None:
-            attributes[name] = count
+    count = index_value(input_tokens)
+    if count is not None:
+        attributes[semconv.GEN_AI_INPUT_TOKENS] = count
+    count = index_value(output_tokens)
+    if count is not None:
+        attributes[semconv.GEN_AI_OUTPUT_TOKENS] = count
     return attributes
 
 
