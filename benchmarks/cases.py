@@ -49,8 +49,10 @@ from gym_instrument.record.metrics import tallies_for
 HERE = Path(__file__).resolve().parent
 
 # The workload is shaped like NeMo Gym's (its _ng_* fields): its targets name NeMo Gym's schema.
+# A function of a user's own is named as a user names it, in OTEL_PYTHON_GYM_TARGETS's short form.
 POST = Target("workload:ServerClient.post", "dispatch", when={"url_path": "/run"}, row_arg="json", schema=SCHEMA)
-SEND_ROW = Target("workload:send_row", "dispatch", schema=SCHEMA)
+SEND_ROW = "workload:send_row=dispatch@nemo_gym"
+SEND_ROW_WITH_TOTALS = "workload:send_row_with_totals=dispatch@nemo_gym"
 VERIFY = Target("workload:SimpleResourcesServer.verify", "verify", row_arg="body", schema=SCHEMA)
 HEALTH = Target("workload:run_health_checks", "health", schema=SCHEMA)
 
@@ -166,7 +168,7 @@ def sdk(batch: bool = False) -> tuple[TracerProvider, NullExporter]:
 
 
 @contextmanager
-def instrumented(targets: Sequence[Target], **kwargs: Any) -> Iterator[GymInstrumentor]:
+def instrumented(targets: Sequence[Target | str], **kwargs: Any) -> Iterator[GymInstrumentor]:
     instrumentor = GymInstrumentor()
     instrumentor.instrument(targets=list(targets), presets="none", **kwargs)
     try:
@@ -292,12 +294,16 @@ def _case_a(sizes: Sizes, health: bool) -> list[Row]:
     # The default configuration has a meter provider too, as the launcher sets one up.
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()]) if health else None
     with instrumented(
-        [POST, SEND_ROW, HEALTH] if health else [POST, SEND_ROW], tracer_provider=provider, meter_provider=meter_provider
+        [POST, SEND_ROW, HEALTH] if health else [POST, SEND_ROW, SEND_ROW_WITH_TOTALS],
+        tracer_provider=provider,
+        meter_provider=meter_provider,
     ):
         routes = {"/run": workload.echo_run}
         client = workload.ServerClient(routes)
         lean_client, idiomatic_client = workload.LeanServerClient(routes), workload.IdiomaticServerClient(routes)
         send_row = workload.send_row
+        # (the dispatch alone: a result carrying the rollout's token totals, read at the dispatch's end)
+        with_totals = () if health else (workload.send_row_with_totals,)
 
         # Same spans, same attributes, same baggage while the dispatch runs.
         seen: list[Any] = []
@@ -325,6 +331,16 @@ def _case_a(sizes: Sizes, health: bool) -> list[Row]:
             check_same(emitted[0], spans, "A")
         if seen[0] is None or seen.count(seen[0]) != len(seen):
             raise AssertionError(f"A: baggage differs: {seen}")
+        for traced in with_totals:
+            emitted = []
+            for dispatch in (traced, workload.lean_send_row_with_totals, workload.idiomatic_send_row_with_totals):
+                with exporter.keeping() as spans:
+                    dispatch(sample)
+                emitted.append(spans)
+            for spans in emitted[1:]:
+                check_same(emitted[0], spans, "A, token totals")
+            if semconv.GEN_AI_INPUT_TOKENS not in (emitted[0][0].attributes or {}):
+                raise AssertionError("A: the instrumented dispatch read no token totals")
 
         def prepare(number: int) -> list[dict[str, Any]]:
             return workload.make_rows(sizes.calls, first_task=number * sizes.calls)
@@ -338,7 +354,19 @@ def _case_a(sizes: Sizes, health: bool) -> list[Row]:
                     lambda row: drive(idiomatic_client.post("simple_agent", "/run", json=row)),
                 ),
             ),
-            ("dispatch, SDK on: sync `send_row(row)`", (send_row, workload.lean_send_row, workload.idiomatic_send_row)),
+            (
+                f"dispatch, SDK on: sync `send_row(row)` (`{SEND_ROW}`)",
+                (send_row, workload.lean_send_row, workload.idiomatic_send_row),
+            ),
+            *(
+                (
+                    f"dispatch, SDK on: sync `send_row_with_totals(row)` (`{SEND_ROW_WITH_TOTALS}`), its result carrying "
+                    "the rollout's token totals (`response.usage`, `ng_trajectory.model_calls`: three attributes more, "
+                    "read by hand on the baselines)",
+                    (dispatch, workload.lean_send_row_with_totals, workload.idiomatic_send_row_with_totals),
+                )
+                for dispatch in with_totals
+            ),
         ):
             before = exporter.exported
             variants = [lambda rows, call=call: per_call_us(call, rows) for call in calls]
@@ -968,6 +996,22 @@ def case_parts(sizes: Sizes) -> list[Row]:
             SCHEMA.identity,
             workload.rollout_attributes,
             rows,
+        ),
+        (
+            "a dispatch's end-time reads (`NemoGymSchema.dispatch_end_attributes`) of a result without token totals "
+            "(`send_row`'s)",
+            "whole",
+            lambda result: SCHEMA.dispatch_end_attributes(None, result),
+            None,
+            [BARE_SEND_ROW(row) for row in rows],
+        ),
+        (
+            "a dispatch's end-time reads (`NemoGymSchema.dispatch_end_attributes`) of a result with them "
+            "(`send_row_with_totals`'s: `response.usage`, `ng_trajectory.model_calls`)",
+            "whole",
+            lambda result: SCHEMA.dispatch_end_attributes(None, result),
+            None,
+            [workload.send_row_with_totals(row) for row in rows],
         ),
         (
             "a pydantic verify request without `_ng_*` fields: its own rollout id looked for (`request_rollout_id`)",

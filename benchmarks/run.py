@@ -59,7 +59,13 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   rollout id (fresh each round), as in-tree code must to parent its health spans, and are judged
   against it; the idiomatic twin that keeps nothing is shown as a reference. They also give the
   package an SDK meter provider, as the launcher does (each dispatch is counted; the baselines
-  count nothing).
+  count nothing). `send_row` is named as a user names a function of their own,
+  `workload:send_row=dispatch@nemo_gym` (the `OTEL_PYTHON_GYM_TARGETS` form), and its result carries
+  no token totals, so the dispatch's end reads nothing there. One more row of the dispatch alone
+  returns a result that does carry them (`response.usage`, `ng_trajectory.model_calls`): the span
+  gets three attributes more, which its twins read by hand from the result they know the shape of,
+  so that row shows what reading the totals costs. The `parts` rows give the end-time reads alone,
+  of a result with and without them.
 - **B.** What a wrapped call costs over the bare call (the original function object), against
   what wrapt's own pass-through `FunctionWrapper` (placed as ours is: around the function, or on
   the class) costs over it, measured side by side in the same rounds: the ratio of the two

@@ -102,6 +102,22 @@ def send_row(row: dict[str, Any]) -> dict[str, Any]:
     return {"_ng_task_index": row["_ng_task_index"], "_ng_rollout_index": row["_ng_rollout_index"], "reward": 1.0}
 
 
+# What a rollout's result carries when NeMo Gym sums its model calls' usage into it.
+ROLLOUT_USAGE = {"input_tokens": 1_200, "output_tokens": 350, "total_tokens": 1_550}
+ROLLOUT_MODEL_CALLS = [{"turn": 0}, {"turn": 1}, {"turn": 2}]
+
+
+def send_row_with_totals(row: dict[str, Any]) -> dict[str, Any]:
+    """``send_row`` whose result carries the rollout's token totals, as a flat row's result does."""
+    return {
+        "_ng_task_index": row["_ng_task_index"],
+        "_ng_rollout_index": row["_ng_rollout_index"],
+        "reward": 1.0,
+        "response": {"usage": ROLLOUT_USAGE},
+        "ng_trajectory": {"model_calls": ROLLOUT_MODEL_CALLS},
+    }
+
+
 async def echo_run(row: Any) -> Any:
     """An agent ``/run`` that answers at once (the micro benchmarks time the tracing, not the agent)."""
     return {"reward": 1.0}
@@ -345,6 +361,62 @@ def idiomatic_send_row(row: dict[str, Any]) -> dict[str, Any]:
         finally:
             if token is not None:
                 context.detach(token)
+
+
+def totals_attributes(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A rollout result's token totals, by hand: code that knows its result's shape reads them directly."""
+    usage = result["response"]["usage"]
+    return {
+        semconv.GEN_AI_INPUT_TOKENS: usage["input_tokens"],
+        semconv.GEN_AI_OUTPUT_TOKENS: usage["output_tokens"],
+        semconv.ROLLOUT_MODEL_CALLS: len(result["ng_trajectory"]["model_calls"]),
+    }
+
+
+def lean_send_row_with_totals(row: dict[str, Any]) -> dict[str, Any]:
+    attributes, rollout_id = rollout_attributes(row)
+    span = Hand.tracer.start_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes)
+    token = context.attach(_dispatch_context(span, rollout_id))
+    try:
+        result = {
+            "_ng_task_index": row["_ng_task_index"],
+            "_ng_rollout_index": row["_ng_rollout_index"],
+            "reward": 1.0,
+            "response": {"usage": ROLLOUT_USAGE},
+            "ng_trajectory": {"model_calls": ROLLOUT_MODEL_CALLS},
+        }
+    except BaseException as exception:
+        context.detach(token)
+        _record_error(span, exception)
+        span.end()
+        raise
+    context.detach(token)
+    span.set_attributes(totals_attributes(result))
+    span.end()
+    return result
+
+
+def idiomatic_send_row_with_totals(row: dict[str, Any]) -> dict[str, Any]:
+    attributes, rollout_id = rollout_attributes(row)
+    with Hand.tracer.start_as_current_span(semconv.SPAN_DISPATCH, kind=SpanKind.INTERNAL, attributes=attributes) as span:
+        token = context.attach(baggage.set_baggage(semconv.BAGGAGE_ROLLOUT_ID, rollout_id)) if rollout_id is not None else None
+        _keep(span, rollout_id)
+        try:
+            result = {
+                "_ng_task_index": row["_ng_task_index"],
+                "_ng_rollout_index": row["_ng_rollout_index"],
+                "reward": 1.0,
+                "response": {"usage": ROLLOUT_USAGE},
+                "ng_trajectory": {"model_calls": ROLLOUT_MODEL_CALLS},
+            }
+        except BaseException as exception:
+            span.set_attribute(semconv.ERROR_TYPE, error_type(exception))
+            raise
+        finally:
+            if token is not None:
+                context.detach(token)
+        span.set_attributes(totals_attributes(result))
+        return result
 
 
 # The hand-written twins do not subclass the plain classes: the verify target reaches subclasses.

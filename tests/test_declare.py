@@ -557,3 +557,82 @@ def test_the_docs_example_of_the_new_rules_parses_into_what_it_says() -> None:
     reward = dict(end.rules)[semconv.ROLLOUT_REWARD]
     assert (reward.paths[0].text, reward.value_map, reward.default) == ("result.scores.*.value", {"C": 1.0, "I": 0.0}, 0.0)
     assert failure.when.text == "result.error" and [path.text for path in failure.error_type] == ["result.error.kind"]
+
+
+# A scorer whose result says the sample is dropped from training in a field of its own.
+JUDGE = """
+def judge(episode):
+    reward, dropped = episode["reward"], episode["dropped"]
+    return {"reward": reward, "dropped": dropped, "score": reward, "mask_sample": dropped}
+
+
+def flagged(call):
+    return {"nemo.gym.verify.masked": call.result["dropped"]}
+
+
+from gym_instrument.schema import RolloutSchema
+
+
+class OwnSchema(RolloutSchema):  # a user's own schema, which says both as it reads them
+    def verify_attributes(self, request, result):
+        return {"nemo.gym.rollout.reward": result["reward"], "nemo.gym.verify.masked": result["dropped"]}
+
+
+SCHEMA = OwnSchema()
+"""
+
+MASKED_BY_A_RULE = """
+[[targets]]
+path = "{module}:judge"
+role = "verify"
+schema = "generic"
+end = {{ "nemo.gym.verify.masked" = "result.dropped" }}
+"""
+REWARDED_BY_A_RULE = """
+[[targets]]
+path = "{module}:judge"
+role = "verify"
+schema = "nemo_gym"
+end = {{ "nemo.gym.rollout.reward" = "result.score" }}
+"""
+SAID_BY_ITS_OWN_SCHEMA = """
+[[targets]]
+path = "{module}:judge"
+role = "verify"
+schema = "{module}:SCHEMA"
+"""
+MASKED_BY_AN_EXTRACTOR = """
+[[targets]]
+path = "{module}:judge"
+role = "verify"
+schema = "generic"
+extractors = ["{module}:flagged"]
+"""
+
+
+@pytest.mark.parametrize(
+    "config",
+    [MASKED_BY_A_RULE, REWARDED_BY_A_RULE, SAID_BY_ITS_OWN_SCHEMA, MASKED_BY_AN_EXTRACTOR],
+    ids=[
+        "the schema's reward, a rule's mask",
+        "the schema's mask, a rule's reward",
+        "a user's schema says both",
+        "the schema's reward, an extractor's mask",
+    ],
+)
+def test_a_masked_verify_carries_no_reward_whichever_rule_says_either(
+    config: str, make_module: Any, instrument: Any, telemetry: Any
+) -> None:
+    module = make_module(JUDGE)
+    instrument(config=config.format(module=module))
+    judge = importlib.import_module(module).judge
+    episodes = [{"reward": 1.0, "dropped": True}, {"reward": 0.5, "dropped": False}, {"reward": 1.0, "dropped": True}]
+    returned = [judge(episode) for episode in episodes]
+    assert returned == [{**e, "score": e["reward"], "mask_sample": e["dropped"]} for e in episodes]
+    spans = telemetry.spans(semconv.SPAN_VERIFY)
+    assert [(s.attributes.get(semconv.VERIFY_MASKED), s.attributes.get(semconv.ROLLOUT_REWARD)) for s in spans] == [
+        (True, None),
+        (False, 0.5),
+        (True, None),
+    ]
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == 1  # the unmasked one alone

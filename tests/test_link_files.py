@@ -385,7 +385,7 @@ def _forge(folder: Path, output_name: str, tasks: range, trace_id: int, started_
     return forged
 
 
-def test_a_links_file_of_another_user_or_in_a_folder_others_can_write_is_not_trusted(tmp_path: Path) -> None:
+def test_a_links_file_of_another_user_or_in_a_folder_anyone_can_write_is_not_trusted(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     dispatched = dispatches(shard(out, 0, range(0, 3)))
@@ -397,10 +397,66 @@ def test_a_links_file_of_another_user_or_in_a_folder_others_can_write_is_not_tru
     assert f"{forged} is owned by uid 12345" in stderr and stderr.count(str(forged)) == 1
 
     os.chown(forged, 0, 0)
-    folder.chmod(0o770)  # a folder the group can write to: any of its files could be planted
+    folder.chmod(0o777)  # a folder anyone can write to: any of its files could be planted
     _, spans, stderr = run("health", {"paths": str(shard_file)})
     assert not healths(spans)
-    assert f"{folder} is writable by group or others (mode 0770)" in stderr and stderr.count(str(folder)) == 1
+    assert f"{folder} is writable by others (mode 0777)" in stderr and stderr.count(str(folder)) == 1
+
+
+def _made_under_umask_002(folder: Path) -> Path:
+    """A folder as ``mkdir`` makes it on a cluster whose default umask is 002: 0775."""
+    previous = os.umask(0o002)
+    try:
+        folder.mkdir()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o775
+    return folder
+
+
+def test_a_links_folder_its_group_can_write_is_used_and_only_the_user_s_own_files_in_it_are_read(tmp_path: Path) -> None:
+    out, links = tmp_path / "out", _made_under_umask_002(tmp_path / "links")
+    out.mkdir()
+    env = {"OTEL_PYTHON_GYM_LINK_DIR": str(links)}
+    dispatched = dispatches(shard(out, 0, range(0, 3), **env))
+    (written,) = links.glob(f"*{SUFFIX}")  # the writer used the folder, and left its mode alone
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600 and stat.S_IMODE(links.stat().st_mode) == 0o775
+    shard_file = out / "rollouts-rs0-chunk0.jsonl"
+    verdicts, spans, stderr = run("health", {"paths": str(shard_file)}, **env)
+    assert_children(healths(spans), dispatched, verdicts)
+    assert str(links) not in stderr
+
+    # Files of the same run's names, with other parents and a later start, that the user did not
+    # write alone: one the group can write, and (made as root) one of another user's.
+    group_writable = _forge(links, shard_file.name, range(0, 3), 0xF0F0, started_ns=time.time_ns() + 10**18)
+    group_writable.chmod(0o664)
+    if os.geteuid() == 0:
+        foreign = group_writable.with_name(f"{shard_file.name}.planted{SUFFIX}")
+        foreign.write_bytes(group_writable.read_bytes())
+        os.chown(foreign, 12345, 12345)
+    verdicts, spans, stderr = run("health", {"paths": str(shard_file)}, **env)
+    assert_children(healths(spans), dispatched, verdicts)  # every parent is still the run's own dispatch
+    assert f"{group_writable} is writable by group or others (mode 0664); skipped" in stderr
+    if os.geteuid() == 0:
+        assert f"{foreign} is owned by uid 12345, neither this user (0) nor root; skipped" in stderr
+
+
+def test_a_file_of_root_s_is_read_in_a_private_folder_but_not_in_one_its_group_can_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("making a file of root's takes root")
+    output = tmp_path / "rollouts.jsonl"
+    writer = LinkFiles(None)
+    writer.persist(span_context(1, 1, True), RolloutIdentity(None, 0, 0, None, None), str(output))
+    writer.close()
+    folder = tmp_path / FOLDER
+    os.chown(folder, 12345, 12345)
+    monkeypatch.setattr(os, "geteuid", lambda: 12345)  # a health pass of user 12345, whose folder it is
+    (link,) = LinkFiles(None).lookup([str(output)], [(None, 0, 0)])
+    assert link is not None and link.span_context.trace_id == 1  # root's file: only root could put it there
+    folder.chmod(0o770)
+    assert list(LinkFiles(None).lookup([str(output)], [(None, 0, 0)])) == [None]  # the group could have linked it
 
 
 def test_links_folders_and_files_get_their_modes_whatever_the_umask(tmp_path: Path) -> None:
@@ -560,4 +616,4 @@ def test_a_writer_puts_nothing_in_a_folder_no_health_pass_would_trust(tmp_path: 
         writer.persist(span_context(1, 1, True), RolloutIdentity(None, 0, 0, None, None), str(tmp_path / "rollouts.jsonl"))
         writer.close()
     assert not list(shared.iterdir())
-    assert caplog.text.count(f"{shared} is writable by group or others (mode 0777)") == 1
+    assert caplog.text.count(f"{shared} is writable by others (mode 0777)") == 1

@@ -390,3 +390,88 @@ def test_a_body_read_twice_ends_its_dispatch_once(collector: Any, telemetry: Any
     [span] = telemetry.spans("gym.rollout.dispatch")
     assert span.attributes["gen_ai.usage.input_tokens"] == 120
     assert outcomes(telemetry) == {"ok": 1}
+
+
+# -- a dispatch that returns its rollout's result itself: its end reads only what it finds --------
+
+ROLLOUT_LOOP = """
+from pydantic import BaseModel, ConfigDict
+
+
+class Usage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+
+
+class Response(BaseModel):
+    usage: Usage
+
+
+class RolloutResult(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    reward: float
+    response: Response | None = None
+
+
+class Plain:
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+RESULTS = []
+
+
+def run_rollout(row):
+    return RESULTS.pop(0)
+"""
+
+
+@pytest.fixture
+def rollout_loop(make_module: Any, instrument: Any) -> Any:
+    name = make_module(ROLLOUT_LOOP)
+    instrument(targets=[f"{name}:run_rollout=dispatch@nemo_gym"])  # as a user names it
+    return importlib.import_module(name)
+
+
+def test_a_dispatch_whose_result_has_no_totals_reads_none_of_their_fields(
+    rollout_loop: Any, telemetry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gym_instrument.frameworks.nemo_gym import schema
+
+    results = [{"reward": 1.0, "_ng_task_index": 0}, rollout_loop.RolloutResult(reward=0.5), rollout_loop.Plain(reward=0.0)]
+    read: list[Any] = []
+    field = schema.field
+
+    def reading(value: Any, name: str) -> Any:  # what the schema's end reads, of the result or below it
+        if any(value is result for result in results) or value is schema.MISSING:
+            read.append(name)
+        return field(value, name)
+
+    monkeypatch.setattr(schema, "field", reading)
+    rollout_loop.RESULTS.extend(results)
+    for task in range(3):
+        assert rollout_loop.run_rollout({"_ng_task_index": task, "_ng_rollout_index": 0}) is results[task]
+    spans = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert [span.attributes[semconv.ROLLOUT_ID] for span in spans] == ["0-0", "1-0", "2-0"]
+    assert not [span for span in spans if semconv.GEN_AI_INPUT_TOKENS in span.attributes]
+    assert read == []
+
+
+def test_a_dispatch_whose_result_carries_totals_gets_them_whatever_the_result_is(rollout_loop: Any, telemetry: Any) -> None:
+    usage = {"input_tokens": 120, "output_tokens": 35}
+    trajectory = {"model_calls": [{}, {}]}
+    rollout_loop.RESULTS.extend(
+        [
+            {"reward": 1.0, "response": {"usage": usage}, "ng_trajectory": trajectory},
+            rollout_loop.RolloutResult(reward=1.0, response={"usage": usage}, ng_trajectory=trajectory),  # an extra
+            rollout_loop.Plain(reward=1.0, result={"usage": usage, "ng_trajectory": trajectory}),  # a native episode's
+        ]
+    )
+    for task in range(3):
+        rollout_loop.run_rollout({"_ng_task_index": task, "_ng_rollout_index": 0})
+    totals = [
+        {name: value for name, value in span.attributes.items() if name.startswith(("gen_ai.", "nemo.gym.rollout.model"))}
+        for span in telemetry.spans(semconv.SPAN_DISPATCH)
+    ]
+    expected = {semconv.GEN_AI_INPUT_TOKENS: 120, semconv.GEN_AI_OUTPUT_TOKENS: 35, semconv.ROLLOUT_MODEL_CALLS: 2}
+    assert totals == [expected] * 3

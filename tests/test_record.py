@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import json
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +58,53 @@ def test_a_verify_that_failed_is_not_counted_as_rewarded(make_module: Any, instr
     assert telemetry.metric_total(semconv.METRIC_REWARDED) == 0
 
 
-def test_the_rewarded_rollouts_remembered_are_bounded() -> None:
+def test_the_rewarded_rollouts_remembered_stay_under_their_bound_in_bytes_whatever_the_ids() -> None:
     from gym_instrument.record.metrics import RewardedRollouts
 
-    rewarded = RewardedRollouts(capacity=2)
-    assert [rewarded.first(rollout_id) for rollout_id in ("a", "b", "a", "c", "b", "a")] == [True, True, False, True, False, True]
+    bound = 8 << 20  # as docs/reliability.md says
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        rewarded = RewardedRollouts()
+        tracemalloc.reset_peak()
+        # 100,000 ids of 2 KiB (200 MB of ids): each is made, scored and let go.
+        for number in range(100_000):
+            assert rewarded.first(f"{number:08d}-" + "x" * 2048)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held - before <= bound
+    assert peak - before <= bound + 8192  # (the id being scored)
+    assert held - before >= bound // 2  # the bound is used, not far undershot
+    assert (RewardedRollouts.MAX_BYTES, rewarded.capacity) == (bound, 26_214)  # as the docs say
+
+
+def test_a_rollout_still_scoring_while_many_others_arrive_is_counted_once(
+    make_module: Any, instrument: Any, telemetry: Any
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    name = make_module()
+    instrument(targets=[f"{name}:score=verify@nemo_gym"], tracer_provider=TracerProvider())  # (spans not kept)
+    score = importlib.import_module(name).score
+    others = 80_000  # more than any bound of the memory holds (65,536 ids once)
+    for number in range(others):
+        if number % 1_000 == 0:  # the long rollout's next step, between the others' verifies
+            score({"_ng_rollout_id": "the-long-episode", "result": {"reward": 0.5}})
+        score({"_ng_rollout_id": f"episode-{number}", "result": {"reward": 1.0}})
+    score({"_ng_rollout_id": "the-long-episode", "result": {"reward": 1.0}})
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == others + 1
+
+
+def test_the_rewarded_rollouts_remembered_are_evicted_by_last_use() -> None:
+    from gym_instrument.record.metrics import RewardedRollouts
+
+    rewarded = RewardedRollouts(max_bytes=2 * RewardedRollouts.ENTRY_BYTES)  # room for two
+    assert rewarded.capacity == 2
+    # "a" scored again moves to the newest end: "c" evicts "b", the least recently scored.
+    seen = [rewarded.first(rollout_id) for rollout_id in ("a", "b", "a", "c", "a", "b")]
+    assert seen == [True, True, False, True, False, True]
 
 
 def test_dispatches_by_outcome(pipeline: Any, telemetry: Any) -> None:

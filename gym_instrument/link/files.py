@@ -24,13 +24,16 @@ the dispatches the verdicts name (a folder full of other rollouts never evicts t
 attempt replaces an earlier one and each dispatch is found at most once, exactly as in-process.
 
 Trust: a health pass reads a links file only when it can attribute it to the run. The folder (a
-``.gym-links`` folder is never followed as a symbolic link) and the file must be owned by the
-reading user or root, the folder not writable by group or others, the file a regular file and not
-a symbolic link (checked on the open file, which is opened without blocking: a FIFO never hangs a
-pass). Anything else is skipped with one log line naming it. Folders are made 0700 and files 0600
-whatever the umask. A header's start time counts no later than the file's modification time (and
-now), so a header cannot make its entries win by claiming a future time. A links file's name holds
-at most ``_NAME_BYTES`` bytes of the output's name (a longer one is cut and a hash of it added).
+``.gym-links`` folder is never followed as a symbolic link) must be owned by the reading user or
+root and not writable by others; the file must be a regular file, not a symbolic link, not
+writable by group or others, and owned by the reading user, or by root in a folder only its owner
+can write (checked on the open file, which is opened without blocking: a FIFO never hangs a pass).
+A folder its group can write (``mkdir`` under umask 002 makes 0775, the default on many clusters)
+is used: a file planted there by anyone else is not the user's own, and is skipped. Anything else
+is skipped with one log line naming it. Folders are made 0700 and files 0600 whatever the umask.
+A header's start time counts no later than the file's modification time (and now), so a header
+cannot make its entries win by claiming a future time. A links file's name holds at most
+``_NAME_BYTES`` bytes of the output's name (a longer one is cut and a hash of it added).
 """
 
 from __future__ import annotations
@@ -164,7 +167,8 @@ def _create(path: Path) -> int:
 def folder_problem(folder: Path, follow: bool) -> str | None:
     """Why links in ``folder`` cannot be attributed to this user's runs (None: they can): not a
     folder, a symbolic link (unless ``follow``: a folder the user named), owned by another user than
-    this one or root, or writable by group or others."""
+    this one or root, or writable by others. A folder its group can write is used: only the user's
+    own files are read there (:func:`_open_trusted`)."""
     try:
         info = os.stat(folder) if follow else os.lstat(folder)
     except OSError as error:
@@ -174,27 +178,49 @@ def folder_problem(folder: Path, follow: bool) -> str | None:
     if not stat.S_ISDIR(info.st_mode):
         return "is not a folder"
     return _owner_problem(info) or (
-        f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})" if info.st_mode & 0o022 else None
+        f"is writable by others (mode {stat.S_IMODE(info.st_mode):04o})" if info.st_mode & stat.S_IWOTH else None
     )
 
 
+def _user() -> int | None:
+    return os.geteuid() if hasattr(os, "geteuid") else None  # (no owners to compare where there is no geteuid)
+
+
 def _owner_problem(info: os.stat_result) -> str | None:
-    user = os.geteuid() if hasattr(os, "geteuid") else None  # (no owners to compare where there is no geteuid)
+    user = _user()
     if user is None or info.st_uid in (user, 0):
         return None
     return f"is owned by uid {info.st_uid}, neither this user ({user}) nor root"
 
 
+def _file_problem(path: Path, info: os.stat_result) -> str | None:
+    """Why an open links file cannot be attributed to this user's runs (None: it can)."""
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+    problem = _owner_problem(info)
+    if problem is not None or info.st_uid == _user():
+        return problem
+    # Root's: trusted where only the folder's owner can put a file. A group member cannot make a
+    # file of root's, but could link one of another run into a folder the group can write.
+    try:
+        shared = os.stat(path.parent).st_mode & stat.S_IWGRP
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    return f"is owned by root, not this user ({_user()}), in a folder its group can write" if shared else None
+
+
 def _open_trusted(path: Path) -> tuple[Any, os.stat_result] | str:
-    """``path`` opened for reading (binary) and its status, if it is a regular file (not a symbolic
-    link) of this user or root; else why not. Opened without blocking: a FIFO is never waited on."""
+    """``path`` opened for reading (binary) and its status, if it can be attributed to this user's
+    runs (:func:`_file_problem`); else why not. Opened without blocking: a FIFO is never waited on."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as error:
         return "is a symbolic link" if os.path.islink(path) else f"cannot be read ({error.strerror or error})"
     try:
         info = os.fstat(fd)
-        problem = "is not a regular file" if not stat.S_ISREG(info.st_mode) else _owner_problem(info)
+        problem = _file_problem(path, info)
         if problem is None:
             return os.fdopen(fd, "rb"), info
     except OSError as error:

@@ -59,30 +59,42 @@ class Tally:
 
 
 class RewardedRollouts:
-    """The rollout ids ``gym.rollout.rewarded_total`` has counted in this process, the latest
-    ``capacity`` of them (the oldest dropped first): a multi-step rollout scores every step, and is
-    counted at its first rewarded verify only.
+    """The rollouts ``gym.rollout.rewarded_total`` has counted in this process, in at most
+    :attr:`MAX_BYTES` of memory whatever the ids' lengths: a multi-step rollout scores every step,
+    and is counted at its first rewarded verify only.
 
-    An id dropped at the bound, or scored in another process too, is counted again there: at most
-    once per process while it is among the latest ``capacity`` rewarded rollouts.
+    Each rollout is remembered by a fixed-size digest of its id (``hash()``, 64 bits: a rollout
+    taken for another among the remembered ones is a chance of about one in 10^14 per rollout),
+    so a 2 KiB id costs what a short one does (:attr:`ENTRY_BYTES`). Eviction is by last use: a
+    rollout scored again moves to the newest end, so one still scoring stays while fewer than
+    :attr:`capacity` other rollouts are rewarded between two of its steps.
+
+    A rollout evicted and scored again, or scored in another process too, is counted again there.
     """
 
-    CAPACITY = 65_536
+    MAX_BYTES = 8 << 20
+    # What one remembered rollout costs: its digest (an int) and its ordered-dict entry, the table's
+    # slack and its regrowth included (tracemalloc, CPython 3.11, 64-bit: 155 to 210 bytes held,
+    # up to 310 at the peak of a table's regrowth; tests/test_record.py checks the bound).
+    ENTRY_BYTES = 320
 
-    __slots__ = ("_ids", "_lock", "capacity")
+    __slots__ = ("_ids", "_lock", "capacity", "max_bytes")
 
-    def __init__(self, capacity: int = CAPACITY) -> None:
-        self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
+    def __init__(self, max_bytes: int = MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.capacity = max(1, max_bytes // self.ENTRY_BYTES)
+        self._ids: OrderedDict[int, None] = OrderedDict()
         self._lock = threading.Lock()
 
     def first(self, rollout_id: str) -> bool:
         """Whether ``rollout_id`` is rewarded for the first time (it is remembered from now on)."""
+        digest = hash(rollout_id)  # (a str caches its hash: nothing is computed twice)
         with self._lock:
             ids = self._ids
-            if rollout_id in ids:
+            if digest in ids:
+                ids.move_to_end(digest)
                 return False
-            ids[rollout_id] = None
+            ids[digest] = None
             if len(ids) > self.capacity:
                 ids.popitem(last=False)
             return True

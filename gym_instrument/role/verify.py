@@ -9,6 +9,7 @@ from opentelemetry.context import Context
 from gym_instrument import semconv
 from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.role.base import Role, RoleCall, rollout_id_in
+from gym_instrument.schema.rules import without_masked_reward
 
 
 class VerifyRole(Role):
@@ -27,4 +28,6 @@ class VerifyRole(Role):
         return ({semconv.ROLLOUT_ID: rollout_id} if rollout_id is not None else {}), None
 
     def on_success(self, call: RoleCall, row: Any, result: Any) -> dict[str, Any]:
-        return call.schema.verify_attributes(row, result)
+        # Whatever a schema reads (a user's own included), a masked verify has no reward; what the
+        # end extractors and declared rules add is held to the same rule (run_extractors).
+        return without_masked_reward(call.schema.verify_attributes(row, result))

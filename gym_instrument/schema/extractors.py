@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 
 from gym_instrument.record.attributes import clean_attributes
 from gym_instrument.record.failures import FAILURES, name_of
+from gym_instrument.schema.rules import without_masked_reward
 
 Attributes = Mapping[str, Any]
 Extractor = Callable[..., "Attributes | None"]  # extractor(call) -> attributes
@@ -66,7 +67,8 @@ def runs_at_start(extractor: Callable[..., Any]) -> bool:
 
 def run_extractors(extractors: Iterable[Extractor], call: Any, into: dict[str, Any], where: str) -> None:
     """Run extractors into an attribute dict; one that raises or returns junk never reaches the host
-    (logged once per extractor and ``where``: the target it runs for)."""
+    (logged once per extractor and ``where``: the target it runs for). What they add to the role's
+    own attributes obeys the rules that span several attributes: a masked verify has no reward."""
     for extractor in extractors:
         try:
             attributes = extractor(call)
@@ -76,3 +78,4 @@ def run_extractors(extractors: Iterable[Extractor], call: Any, into: dict[str, A
             # A sync extractor is never cancelled from outside: these came from its own code.
             # KeyboardInterrupt and SystemExit are the process's, and go on.
             FAILURES.failed(f"extractor {name_of(extractor)}", where)
+    without_masked_reward(into)

@@ -43,6 +43,8 @@ def field(obj: Any, name: str) -> Any:
         kind = type(obj)
         if kind is dict:
             return obj.get(name, MISSING)
+        if obj is MISSING or obj is None:  # a field of an absent field (a path read step by step)
+            return MISSING
         try:
             known = _MODEL_FIELDS.get(kind, _UNKNOWN)
             names = _model_fields(kind) if known is _UNKNOWN else cast("frozenset[str] | None", known)
@@ -74,6 +76,74 @@ def field(obj: Any, name: str) -> Any:
         return value
     except Exception:  # a hostile row must not cost the span: treat the field as absent
         return MISSING
+
+
+# By type, what field() reads on its instances, for holds_any(): _NO_FIELDS (None and the scalars:
+# nothing), the attribute names its class gives them when reading an attribute is plain (no
+# __getattr__ or __getattribute__ of its own, not a mapping, not pydantic-like), else None (an
+# instance is read field by field).
+_NO_FIELDS: Any = object()
+_CLASS_NAMES: dict[type, Any] = {}
+
+
+def _class_names(kind: type) -> Any:
+    names = _CLASS_NAMES.get(kind, _UNKNOWN)
+    if names is _UNKNOWN:
+        names = None
+        try:
+            if issubclass(kind, (str, bytes, int, float)) or kind is type(None):
+                names = _NO_FIELDS
+            elif (
+                not issubclass(kind, Mapping)
+                and kind.__getattribute__ is object.__getattribute__
+                and not hasattr(kind, "__getattr__")
+            ):
+                names = frozenset(dir(kind))
+                if "__pydantic_extra__" in names or "__pydantic_fields__" in names:
+                    names = None
+        except Exception:  # a class that cannot be looked at: its instances are read field by field
+            names = None
+        if len(_CLASS_NAMES) >= 1024:  # bounded, whatever classes a process makes
+            _CLASS_NAMES.clear()
+        _CLASS_NAMES[kind] = names
+    return names
+
+
+def holds_any(obj: Any, names: frozenset[str]) -> bool:
+    """Whether :func:`field` can find a value (not None) for any of ``names`` on ``obj``: False only
+    when it finds none, known from ``obj``'s type and one set test (a dict's keys, a pydantic
+    model's fields and extras, a plain object's class and instance attributes); True when that
+    cannot be told so (a mapping of another kind, an object that computes its attributes), and
+    then the fields are read.
+
+    A reader of several optional fields asks this first, so that a result without any of them
+    costs one test instead of a lookup per field."""
+    kind = type(obj)
+    if kind is dict:
+        return not obj.keys().isdisjoint(names)
+    if obj is MISSING:
+        return False
+    try:
+        known = _MODEL_FIELDS.get(kind, _UNKNOWN)
+        fields = _model_fields(kind) if known is _UNKNOWN else cast("frozenset[str] | None", known)
+        if fields is not None:
+            for name in names:
+                if name in fields and getattr(obj, name, None) is not None:  # (an optional field left None is none)
+                    return True
+            extra = obj.__pydantic_extra__
+            return extra is not None and (type(extra) is not dict or not extra.keys().isdisjoint(names))
+        attributes = _class_names(kind)
+        if attributes is _NO_FIELDS:
+            return False
+        if attributes is None or not names.isdisjoint(attributes):
+            return True
+        instance = getattr(obj, "__dict__", None)
+        if instance is None:
+            return False
+        # (field() looks in a __pydantic_extra__ of the instance's too)
+        return type(instance) is not dict or "__pydantic_extra__" in instance or not instance.keys().isdisjoint(names)
+    except Exception:  # a hostile object: read field by field, where each read is guarded
+        return True
 
 
 def is_a(value: Any, types: type | tuple[type, ...]) -> bool:

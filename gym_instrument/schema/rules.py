@@ -93,6 +93,15 @@ def outcome_attributes(reward: Any, masked: Any, failure_kind: Any) -> dict[str,
     return attributes
 
 
+def without_masked_reward(attributes: dict[str, Any]) -> dict[str, Any]:
+    """SPEC section 3 over a verify's attributes from every source (its schema, declared rules,
+    extractors): when they say it is masked, it carries no reward, whichever of them read one.
+    Changed in place (the span and the rewarded count read the same dict) and returned."""
+    if attributes.get(semconv.VERIFY_MASKED) is True:
+        attributes.pop(semconv.ROLLOUT_REWARD, None)
+    return attributes
+
+
 def checks_of(findings: Any, check_field: str | None = "check") -> list[str]:
     """Sorted, distinct check ids of a list of findings (``check_field`` None: a list of strings)."""
     if not is_a(findings, (list, tuple)):
@@ -128,10 +137,12 @@ VerdictFacts = tuple[VerdictName, dict[str, Any]]
 def usage_attributes(input_tokens: Any, output_tokens: Any) -> dict[str, Any]:
     """Token counts (GenAI ``gen_ai.usage.*``): each an int >= 0, omitted otherwise."""
     attributes: dict[str, Any] = {}
-    for name, value in ((semconv.GEN_AI_INPUT_TOKENS, input_tokens), (semconv.GEN_AI_OUTPUT_TOKENS, output_tokens)):
-        count = index_value(value)
-        if count is not None:
-            attributes[name] = count
+    count = index_value(input_tokens)
+    if count is not None:
+        attributes[semconv.GEN_AI_INPUT_TOKENS] = count
+    count = index_value(output_tokens)
+    if count is not None:
+        attributes[semconv.GEN_AI_OUTPUT_TOKENS] = count
     return attributes
 
 

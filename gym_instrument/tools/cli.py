@@ -8,12 +8,14 @@ and ``replay`` (spans from a run's files).
     gym-instrument compare RUN_A RUN_B [--html OUT.html] [--format text|json] [--max-infra-failures SHARE]
     gym-instrument --version
     gym-instrument replay RUN_DIR [--output FILE]
-    gym-instrument config check FILE
+    gym-instrument config check [FILE] [--targets TARGETS]
 
 ``report`` and ``compare`` need only the base install (``pip install gym-instrument``): the page's
 charts are inline SVG. ``replay`` needs the ``report`` extra (the SDK and OpenTelemetry's OTLP/JSON
-file exporter): without it, it says so in one line. ``config check`` reads a configuration in the
-declarative form and says what each target and rule will do, importing no target module.
+file exporter): without it, it says so in one line. ``config check`` reads a configuration (a file
+in the declarative form, targets in the ``OTEL_PYTHON_GYM_TARGETS`` form, or else those of its
+environment), imports each target's module as the run would, and says what each target and rule
+will do.
 
 No command ends in a traceback: a path that
 does not exist or holds no spans is one line and exit code 2, a missing extra exit code 3, and
@@ -152,18 +154,24 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--force", action="store_true", help=FORCE_HELP)
 
     config = commands.add_parser(
-        "config", help="check a configuration in the declarative form (OTEL_PYTHON_GYM_CONFIG)", epilog=EPILOG
+        "config", help="check a configuration (OTEL_PYTHON_GYM_CONFIG, OTEL_PYTHON_GYM_TARGETS) before a run", epilog=EPILOG
     )
     config_commands = config.add_subparsers(dest="config_command", required=True)
     check = config_commands.add_parser(
         "check",
         help="say, per target, whether it can be found and what each rule will read",
-        description="Read a configuration (a TOML or .json file, or its text) as OTEL_PYTHON_GYM_CONFIG would be read, "
-        "and say per target whether this interpreter can find it (no target module is imported) and what each "
-        "rule reads. Exit code 2 when there is a problem.",
+        description="Read a configuration as a run would: FILE (a TOML or .json file, or its text) as "
+        "OTEL_PYTHON_GYM_CONFIG, --targets as OTEL_PYTHON_GYM_TARGETS; with neither, those two variables of the "
+        "environment. Say per target whether this interpreter can find it (each target's module is imported, as "
+        "the run imports it: its import-time code runs) and what each rule reads. Exit code 2 when there is a problem.",
         epilog=EPILOG,
     )
-    check.add_argument("source", metavar="FILE", help="a TOML or .json file, or the configuration's text")
+    check.add_argument("source", metavar="FILE", nargs="?", help="a TOML or .json file, or the configuration's text")
+    check.add_argument(
+        "--targets",
+        metavar="TARGETS",
+        help="targets as OTEL_PYTHON_GYM_TARGETS names them: module:Qualified.name=role[@schema], ...",
+    )
     return parser
 
 
@@ -324,7 +332,7 @@ def replay_command(args: argparse.Namespace) -> int:
 def config_command(args: argparse.Namespace) -> int:
     from gym_instrument.tools.config_check import check_config
 
-    found = check_config(args.source)
+    found = check_config(args.source, args.targets)
     print("\n".join(found.lines))
     if found.problems:
         print(f"{len(found.problems)} problem(s)", file=sys.stderr)

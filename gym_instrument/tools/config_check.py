@@ -1,19 +1,25 @@
-"""``gym-instrument config check FILE``: what a configuration in the declarative form will do, before
-a run. Each target: whether this interpreter can find it (its module is imported, as the run
-imports it, and the function looked up, naming the nearest right name) and what each of its rules
-will read; every problem with the message the running instrumentation would log, and what would
-silently do nothing: a ``row`` or ``arg.NAME`` the function does not have, rules its role ignores,
-a template naming a value no rule reads, a dispatch no health verdict could name."""
+"""``gym-instrument config check [FILE] [--targets TARGETS]``: what a configuration will do, before
+a run. It reads the declarative form (a file or its text, as ``OTEL_PYTHON_GYM_CONFIG``) and the
+short form (``module:Qualified.name=role[@schema]``, comma-separated, as ``OTEL_PYTHON_GYM_TARGETS``);
+given neither, those two variables of its environment. Each target: whether this interpreter can
+find it (its module is imported, as the run imports it, and the function looked up, naming the
+nearest right name) and what each of its rules will read; every problem with the message the
+running instrumentation would log, and what would silently do nothing: a ``row`` or ``arg.NAME``
+the function does not have, rules its role ignores, a template naming a value no rule reads.
+Notes say what depends on the rows a run will pass, which no check can see."""
 
 from __future__ import annotations
 
 import inspect
+import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gym_instrument import semconv
-from gym_instrument.config.declare import target_entries, target_from_mapping
+from gym_instrument.config.declare import target_entries, target_from_mapping, target_from_short
+from gym_instrument.config.settings import ENV_CONFIG, ENV_TARGETS
 from gym_instrument.role import ROLES
 from gym_instrument.schema.declared import (
     PRESENT,
@@ -41,6 +47,10 @@ class ConfigCheck:
     def problem(self, message: str) -> None:
         self.problems.append(message)
         self.lines.append(f"  problem: {message}")
+
+    def note(self, message: str) -> None:
+        """What depends on what a run passes (not a problem: the exit code stays 0)."""
+        self.lines.append(f"  note: {message}")
 
 
 def describe_rule(rule: ValueRule) -> str:
@@ -162,61 +172,123 @@ def _names_a_rollout(target: Target) -> bool:
     return semconv.ROLLOUT_ID in read or {semconv.TASK_INDEX, semconv.ROLLOUT_REPEAT} <= read
 
 
-def check_config(source: Any) -> ConfigCheck:
-    """Check a configuration (a file path, TOML/JSON text or a mapping); never raises ValueError."""
+# One entry of the short form, as OTEL_PYTHON_GYM_TARGETS holds it (a file path never looks like this).
+_SHORT_FORM = re.compile(r"^\s*[\w.]+:[\w.]+\s*=\s*\w+(@[\w.:]+)?\s*(,|$)")
+
+
+def check_config(source: Any = None, targets: str | None = None) -> ConfigCheck:
+    """Check a configuration: ``source`` in the declarative form (a file path, TOML/JSON text or a
+    mapping) and/or ``targets`` in the short form (comma-separated, as ``OTEL_PYTHON_GYM_TARGETS``);
+    with neither, the ``OTEL_PYTHON_GYM_CONFIG`` and ``OTEL_PYTHON_GYM_TARGETS`` of the environment.
+    Never raises ValueError."""
     found = ConfigCheck()
+    if source is None and targets is None:
+        source, targets = os.environ.get(ENV_CONFIG) or None, os.environ.get(ENV_TARGETS) or None
+        named = [name for name, value in ((ENV_CONFIG, source), (ENV_TARGETS, targets)) if value]
+        if not named:
+            found.problem(f"nothing to check: give a FILE or --targets, or set {ENV_CONFIG} or {ENV_TARGETS}")
+            return found
+        found.lines.append(f"from the environment: {' and '.join(named)}")
+    read: list[_Entry] = []
+    if source is not None:
+        read.extend(_declared_targets(source, found))
+    if targets is not None:
+        read.extend(_short_targets(targets))
+    judged = any(entry.target is not None and entry.target.role == semconv.ROLE_HEALTH for entry in read)
+    for entry in read:
+        if entry.target is None:  # (it could not be read: its problems name it)
+            found.lines.append(f"target {entry.label!r}: skipped" if entry.label else "a target: skipped")
+            for message in entry.problems:
+                found.problem(message)
+        else:
+            _check_target(entry.target, entry.problems, found, judged)
+    return found
+
+
+@dataclass
+class _Entry:
+    """One target as read, in the order given: the target (None: it could not be read), and its
+    problems (the rules dropped from it, or why it could not be read)."""
+
+    target: Target | None
+    problems: list[str]
+    label: str | None = None  # what names one that could not be read
+
+
+def _declared_targets(source: Any, found: ConfigCheck) -> list[_Entry]:
+    """The targets of a configuration in the declarative form (a problem with the whole of it is
+    ``found``'s)."""
     try:
         entries = target_entries(source)
     except ValueError as error:
-        found.problem(str(error))
-        return found
+        message = str(error)
+        if isinstance(source, str) and message.startswith("cannot read") and _SHORT_FORM.match(source):
+            message += f"; targets in the {ENV_TARGETS} form are given with --targets"
+        found.problem(message)
+        return []
     if not entries:
         found.problem("no targets: the configuration has no [[targets]] entries")
-    targets: list[Target] = []
+    read: list[_Entry] = []
     for entry in entries:
         skipped: list[str] = []
         try:
-            target = target_from_mapping(entry, skip=skipped.append)
+            read.append(_Entry(target_from_mapping(entry, skip=skipped.append), skipped))
         except (ValueError, RecursionError) as error:
             path = entry.get("path") if isinstance(entry, Mapping) else None
-            found.lines.append(f"target {path!r}: skipped" if isinstance(path, str) else "a target: skipped")
-            found.problem(str(error) if isinstance(error, ValueError) else "nested too deep")
-            continue
-        targets.append(target)
-        function, where = resolve_target(target)
-        found.lines.append(
-            f"target {target.path} ({target.role}"
-            + (f", framework {target.framework}" if target.framework else "")
-            + "): "
-            + ("cannot be found" if where else "found")
+            problem = str(error) if isinstance(error, ValueError) else "nested too deep"
+            read.append(_Entry(None, [problem], path if isinstance(path, str) else None))
+    return read
+
+
+def _short_targets(text: str) -> list[_Entry]:
+    """The targets of the short form, comma-separated (``module:Qualified.name=role[@schema]``)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        problem = f"no targets: expected {ENV_TARGETS}'s form, module:Qualified.name=role[@schema], comma-separated"
+        return [_Entry(None, [problem], text)]
+    read: list[_Entry] = []
+    for item in items:
+        try:
+            read.append(_Entry(target_from_short(item), []))
+        except ValueError as error:
+            read.append(_Entry(None, [str(error)], item))
+    return read
+
+
+def _check_target(target: Target, skipped: list[str], found: ConfigCheck, judged: bool) -> None:
+    """One target's lines: found or not, its problems, and what each of its rules reads (``judged``:
+    a health target of the same configuration looks for its dispatches)."""
+    function, where = resolve_target(target)
+    found.lines.append(
+        f"target {target.path} ({target.role}"
+        + (f", framework {target.framework}" if target.framework else "")
+        + (f", schema {target.schema.name}" if target.schema is not None and target.schema.name != "generic" else "")
+        + "): "
+        + ("cannot be found" if where else "found")
+    )
+    if where:
+        found.problem(where)
+    for message in skipped:
+        found.problem(message)
+    for message in (*(_signature_problems(target, function) if function is not None else ()), *_role_problems(target)):
+        found.problem(message)
+    if target.row_arg:
+        found.lines.append(f"  row: the argument {target.row_arg!r}")
+    if target.when:
+        found.lines.append(f"  traced when: {', '.join(f'{name} = {value!r}' for name, value in target.when.items())}")
+    for extractor in target.extractors:
+        found.lines.extend(f"  {line}" for line in _describe(extractor))
+    if isinstance(target.schema, DeclaredVerdictSchema):
+        rules = target.schema.rules
+        found.lines.append(f"  verdicts: records at {rules.items.text if rules.items else 'result'}")
+        found.lines.extend(f"  verdicts {name}: {describe_rule(rule)}" for name, rule in rules.names)
+        found.lines.append(f"  verdicts verdict: {describe_rule(rules.verdict)}")
+        if rules.checks is not None:
+            check_field = f", field {rules.check_field!r}" if rules.check_field else ""
+            found.lines.append(f"  verdicts checks: {describe_rule(rules.checks)}{check_field}")
+    generic = target.schema is None or target.schema.name == "generic"  # (none: the generic default)
+    if judged and target.role == semconv.ROLE_DISPATCH and generic and not _names_a_rollout(target):
+        found.note(
+            "no start rule names its rollout: the generic schema names it from its row's rollout_id, else"
+            " task_index and repeat (or rollout_index); a dispatch whose row has neither gets no health span"
         )
-        if where:
-            found.problem(where)
-        for message in skipped:
-            found.problem(message)
-        for message in (*(_signature_problems(target, function) if function is not None else ()), *_role_problems(target)):
-            found.problem(message)
-        if target.row_arg:
-            found.lines.append(f"  row: the argument {target.row_arg!r}")
-        if target.when:
-            found.lines.append(f"  traced when: {', '.join(f'{name} = {value!r}' for name, value in target.when.items())}")
-        for extractor in target.extractors:
-            found.lines.extend(f"  {line}" for line in _describe(extractor))
-        if isinstance(target.schema, DeclaredVerdictSchema):
-            rules = target.schema.rules
-            found.lines.append(f"  verdicts: records at {rules.items.text if rules.items else 'result'}")
-            found.lines.extend(f"  verdicts {name}: {describe_rule(rule)}" for name, rule in rules.names)
-            found.lines.append(f"  verdicts verdict: {describe_rule(rules.verdict)}")
-            if rules.checks is not None:
-                check_field = f", field {rules.check_field!r}" if rules.check_field else ""
-                found.lines.append(f"  verdicts checks: {describe_rule(rules.checks)}{check_field}")
-    if any(target.role == semconv.ROLE_HEALTH for target in targets):
-        for target in targets:
-            generic = target.schema is None or target.schema.name == "generic"  # (none: the generic default)
-            if target.role == semconv.ROLE_DISPATCH and generic and not _names_a_rollout(target):
-                found.problem(
-                    f"target {target.path}: no start rule names its rollout (nemo.gym.rollout.id, or"
-                    " nemo.gym.task.index and nemo.gym.rollout.repeat), unless its row has the generic fields:"
-                    " a health verdict may find no dispatch"
-                )
-    return found

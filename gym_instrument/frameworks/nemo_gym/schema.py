@@ -21,6 +21,7 @@ from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.fields import (
     MISSING,
     field,
+    holds_any,
     index_value,
     is_a,
     model_field_names,
@@ -89,36 +90,62 @@ def _verdict_name(verdict: Any) -> VerdictName:
 _FINISH_REASONS = {"completed": "stop", "max_output_tokens": "length", "content_filter": "content_filter", "failed": "error"}
 
 
+# By type: whether its instances are HTTP responses whose body is read later (a ``read()`` method).
+_RESPONSE_TYPES: dict[type, bool] = {}
+
+
+def _is_response_type(kind: type) -> bool:
+    """Whether ``kind`` is a response type (asked once per type: :data:`_RESPONSE_TYPES`)."""
+    try:
+        known = not issubclass(kind, (Mapping, str, bytes)) and callable(getattr(kind, "read", None))
+    except Exception:
+        known = False
+    if len(_RESPONSE_TYPES) >= 1024:  # bounded, whatever classes a process makes
+        _RESPONSE_TYPES.clear()
+    _RESPONSE_TYPES[kind] = known
+    return known
+
+
 def _http_status(result: Any) -> int | None:
     """The status of an HTTP response the collector's ``ServerClient.post`` returned (aiohttp's
-    ``ClientResponse``: an int ``status`` and a ``read()`` for its body); None for anything else."""
-    if result is None or isinstance(result, (Mapping, str, bytes)):
+    ``ClientResponse``: an int ``status`` and a ``read()`` for its body); None for anything else.
+    A rollout's own result (a dict, a pydantic model) is told apart by its type alone: getattr()
+    on a model without the field would take pydantic's slow path (microseconds)."""
+    kind = type(result)
+    response = _RESPONSE_TYPES.get(kind)
+    if not (_is_response_type(kind) if response is None else response):
         return None
     try:
         status = getattr(result, "status", None)
-        return status if type(status) is int and callable(getattr(result, "read", None)) else None
+        return status if type(status) is int else None
     except Exception:
         return None
 
 
-def _present(value: Any) -> bool:
-    return value is not MISSING and value is not None
+# Where a rollout result keeps what _rollout_totals reads (a result with none of them has no totals).
+_TOTALS_FIELDS = frozenset(("response", "result", "ng_trajectory"))
 
 
 def _rollout_totals(body: Any) -> dict[str, Any]:
     """A rollout result's token totals: ``response.usage`` (a flat row's result, summed by NeMo Gym
     over the rollout's model calls), else ``result.usage`` or ``result.response.usage`` (a native
-    episode's); and the number of model calls when ``ng_trajectory.model_calls`` lists them."""
-    episode = field(body, "result")
+    episode's); and the number of model calls when ``ng_trajectory.model_calls`` (else
+    ``result.ng_trajectory.model_calls``) lists them."""
+    if not holds_any(body, _TOTALS_FIELDS):
+        return {}  # (every dispatch's end asks: a result without them costs one test, not a lookup per field)
+    episode: Any = None  # (read only when the flat row's own fields are absent)
     usage = field(field(body, "response"), "usage")
-    if not _present(usage):
+    if usage is MISSING or usage is None:
+        episode = field(body, "result")
         usage = field(episode, "usage")
-    if not _present(usage):
-        usage = field(field(episode, "response"), "usage")
-    attributes = usage_attributes(field(usage, "input_tokens"), field(usage, "output_tokens")) if _present(usage) else {}
+        if usage is MISSING or usage is None:
+            usage = field(field(episode, "response"), "usage")
+    attributes = (
+        {} if usage is MISSING or usage is None else usage_attributes(field(usage, "input_tokens"), field(usage, "output_tokens"))
+    )
     trajectory = field(body, "ng_trajectory")
-    if not _present(trajectory):
-        trajectory = field(episode, "ng_trajectory")
+    if trajectory is MISSING or trajectory is None:
+        trajectory = field(field(body, "result") if episode is None else episode, "ng_trajectory")
     calls = field(trajectory, "model_calls")
     if is_a(calls, (list, tuple)) and calls:
         attributes[semconv.ROLLOUT_MODEL_CALLS] = len(calls)
