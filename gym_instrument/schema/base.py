@@ -38,9 +38,6 @@ class RolloutSchema:
     # A dispatch call without a row is a relay of a rollout already in flight, never a new dispatch
     # (else only when the context names a rollout).
     rowless_dispatch_relays = False
-    # The HTTP client library its ``inject`` targets send through (a key of role.inject's table), so
-    # that contrib's instrumentation of that client is detected; None: any client contrib instruments.
-    http_client: str | None = None
     # What its ``receive`` targets put in a request's ASGI scope to turn the server framework's own
     # telemetry off for it (the server_telemetry setting); empty: the framework has no such switch.
     quiet_server_scope: tuple[tuple[str, Any], ...] = ()

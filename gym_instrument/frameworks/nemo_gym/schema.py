@@ -159,8 +159,6 @@ class NemoGymSchema(RolloutSchema):
     # The collector always posts a /run with its row as ``json``; 0.7.0's environment servers relay
     # a rollout to its agent as ``data=<bytes>``: a /run without a row is a relay.
     rowless_dispatch_relays = True
-    # Every hop goes through nemo_gym.server_utils.request, on Gym's shared aiohttp client session.
-    http_client = "aiohttp"
     # Gym's servers are FastAPI applications. FastAPI >= 0.165 makes its own request, operation and
     # serialization spans (and metrics and logs) whenever an SDK provider is set; it leaves a request
     # alone whose ASGI scope already has the key "fastapi.telemetry" (as when an outer FastAPI
