@@ -69,7 +69,7 @@ def share(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from gym_instrument.tools.report.figures import TRACE_URL_PRESETS
+    from gym_instrument.tools.report.links import TRACE_URL_PRESETS
     from gym_instrument.version import __version__
 
     parser = argparse.ArgumentParser(
