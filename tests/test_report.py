@@ -12,6 +12,7 @@ import json
 import math
 import random
 import re
+import shlex
 import subprocess
 import sys
 from collections import defaultdict
@@ -477,3 +478,49 @@ def test_progress_bar_on_request_and_never_into_a_pipe_by_default(demo_run: Any,
     assert asked.returncode == DEMO_EXIT and "reading spans: 100%" in asked.stderr
     piped = subprocess.run([str(GYM_INSTRUMENT), "report", str(spans_file), "--no-html"], capture_output=True, text=True)
     assert piped.returncode == DEMO_EXIT and piped.stderr == ""
+
+
+def big_run(path: Path, rollouts: int = 600) -> Path:
+    """A run of ``rollouts`` rollouts through the real SDK and the package's file exporter, the first one failed."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    from gym_instrument.tools.export import JsonFileSpanExporter
+
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(JsonFileSpanExporter(path)))
+    tracer = provider.get_tracer("gym_instrument")
+    for number in range(rollouts):
+        rollout_id = f"{number % 50}-{number // 50}"
+        identity = {"nemo.gym.task.index": number % 50, "nemo.gym.rollout.id": rollout_id}
+        dispatch = tracer.start_span("gym.rollout.dispatch", attributes=identity)
+        if number == 0:
+            dispatch.set_attribute("error.type", "builtins.TimeoutError")
+            dispatch.set_status(Status(StatusCode.ERROR))
+        else:
+            context = trace.set_span_in_context(dispatch)
+            tracer.start_span("gym.verify", context=context, attributes={"nemo.gym.rollout.id": rollout_id}).end()
+        dispatch.end()
+    provider.shutdown()
+    return path
+
+
+def test_a_reader_that_leaves_early_keeps_the_exit_code(tmp_path: Path) -> None:
+    """``report ... | head``: the command's code (4: over the limit) whether the reader left before or while it wrote."""
+    spans = big_run(tmp_path / "spans.jsonl")
+    command = [str(GYM_INSTRUMENT), "report", str(spans), "--no-html", "--max-infra-failures", "0"]
+    for output in ([], ["--format", "json"]):
+        # The reader is gone before a word is written.
+        process = subprocess.Popen([*command, *output], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        errors = process.stderr.read()
+        assert process.wait(timeout=120) == 4 and errors == b"", errors
+    # A real `head` in a shell pipeline, as a person types it: the JSON is larger than a pipe holds, so the
+    # command is still writing when head has read its line and left.
+    pipeline = " ".join(map(shlex.quote, [*command, "--format", "json"])) + ' | head -1; echo "exit ${PIPESTATUS[0]}"'
+    for _ in range(3):
+        shell = subprocess.run(["bash", "-c", pipeline], capture_output=True, text=True, timeout=120)
+        assert shell.stdout.splitlines() == ["{", "exit 4"] and shell.stderr == "", shell.stderr
