@@ -86,6 +86,7 @@ MASKED = "masked"
 FAILURE_KIND = "failure kind"
 FAILED_DISPATCH = "failed dispatch"
 OUTCOMES = (SUCCESS, BELOW, UNSCORED, NO_VERIFY, MASKED, FAILURE_KIND, FAILED_DISPATCH)
+_OUTCOME_NUMBER = {outcome: number for number, outcome in enumerate(OUTCOMES)}
 INFRA_OUTCOMES = frozenset((MASKED, FAILURE_KIND, FAILED_DISPATCH))
 VERDICT_COLUMNS = ("healthy", "unhealthy", "unobserved", "other verdict", "no verdict")
 
@@ -147,7 +148,7 @@ class Task:
         self.taskset = taskset
         self.agent: str | None = None
         self.dispatches = 0
-        self.error_types: Counter[str] = Counter()
+        self.error_types: Counter[str] | None = None  # its dispatches' error types, once one failed
         self.durations = 0
         self.duration_total = 0
         self.example_trace_id: str | None = None
@@ -174,8 +175,8 @@ class RolloutCounts:
 
     def __init__(self) -> None:
         self.rollouts = 0
-        self.outcomes: Counter[str] = Counter()
-        self.kinds: Counter[str] = Counter()  # infrastructure failures by kind
+        self.outcomes = [0] * len(OUTCOMES)  # (a list, not a Counter: a run may have 100,000 tasks)
+        self.kinds: Counter[str] | None = None  # infrastructure failures by kind, once there is one
         self.scored = 0
         self.scored_zero = 0
         self.reward_mean = 0.0
@@ -189,8 +190,10 @@ class RolloutCounts:
 
     def add(self, outcome: str, reward: float | None, kind: str | None, verdict: str | None) -> None:
         self.rollouts += 1
-        self.outcomes[outcome] += 1
+        self.outcomes[_OUTCOME_NUMBER[outcome]] += 1
         if outcome in INFRA_OUTCOMES:
+            if self.kinds is None:
+                self.kinds = Counter()
             self.kinds[kind or outcome] += 1
         if reward is not None:
             self.scored += 1
@@ -209,13 +212,17 @@ class RolloutCounts:
             self.judged += 1
             self.unhealthy += verdict == "unhealthy"
 
+    def of(self, outcome: str) -> int:
+        """How many rollouts had this outcome."""
+        return self.outcomes[_OUTCOME_NUMBER[outcome]]
+
     @property
     def successes(self) -> int:
-        return self.outcomes[SUCCESS]
+        return self.of(SUCCESS)
 
     @property
     def failures(self) -> int:
-        return sum(self.kinds.values())
+        return sum(self.kinds.values()) if self.kinds else 0
 
     @property
     def mean(self) -> float | None:
@@ -232,7 +239,7 @@ class RolloutCounts:
         return self.scored >= 2 and self.reward_min == self.reward_max
 
     def kinds_by_count(self) -> dict[str, int]:
-        return dict(sorted(self.kinds.items(), key=lambda item: (-item[1], item[0])))
+        return _by_count(self.kinds) if self.kinds else {}
 
 
 class Tally:
@@ -367,6 +374,8 @@ class RunFigures:
         if error_type is not None or span.status_code == STATUS_ERROR:
             error_name = str(error_type) if error_type is not None else NO_ERROR_TYPE
             self.error_types[error_name] += 1
+            if task.error_types is None:
+                task.error_types = Counter()
             task.error_types[error_name] += 1
             if len(self.failed) < LISTED:
                 self.failed.append({**self._named(span, rollout_id, task), "error_type": error_name})
@@ -603,17 +612,17 @@ class RunFigures:
                 "replaced_attempts": tally.replaced,
                 "duplicate_dispatches": store.duplicate_dispatches,
                 "errors": sum(self.error_types.values()),
-                "failed": run.outcomes[FAILED_DISPATCH],
+                "failed": run.of(FAILED_DISPATCH),
                 "verifies": self.verifies,
                 "scored": run.scored,
                 "successes": run.successes,
                 "scored_zero": run.scored_zero,
-                "scored_below": run.outcomes[BELOW],
+                "scored_below": run.of(BELOW),
                 "infra_failures": run.failures,
-                "masked": run.outcomes[MASKED],
-                "failure_kinds": run.outcomes[FAILURE_KIND],
-                "unscored": run.outcomes[UNSCORED],
-                "unverified": run.outcomes[NO_VERIFY],
+                "masked": run.of(MASKED),
+                "failure_kinds": run.of(FAILURE_KIND),
+                "unscored": run.of(UNSCORED),
+                "unverified": run.of(NO_VERIFY),
                 "judged": run.judged,
                 "unhealthy": run.unhealthy,
                 "mean_reward": run.mean,
@@ -688,16 +697,16 @@ class RunFigures:
             "task_index": task.task_index,
             "dispatches": task.dispatches,
             "rollouts": counts.rollouts,
-            "failed": counts.outcomes[FAILED_DISPATCH],
-            "errors": _by_count(task.error_types),
+            "failed": counts.of(FAILED_DISPATCH),
+            "errors": _by_count(task.error_types) if task.error_types else {},
             "scored": counts.scored,
             "successes": counts.successes,
             "scored_zero": counts.scored_zero,
-            "scored_below": counts.outcomes[BELOW],
-            "masked": counts.outcomes[MASKED],
-            "failure_kinds": counts.outcomes[FAILURE_KIND],
-            "unscored": counts.outcomes[UNSCORED],
-            "unverified": counts.outcomes[NO_VERIFY],
+            "scored_below": counts.of(BELOW),
+            "masked": counts.of(MASKED),
+            "failure_kinds": counts.of(FAILURE_KIND),
+            "unscored": counts.of(UNSCORED),
+            "unverified": counts.of(NO_VERIFY),
             "mean_reward": counts.mean,
             "reward_std": counts.reward_std,
             "min_reward": counts.reward_min,
@@ -790,11 +799,11 @@ class RunFigures:
             "over": "rollouts",
             "values": {repr(value): count for value, count in sorted(values.items())},
             "values_other": run.values_other,
-            "masked": run.outcomes[MASKED],
-            "failure_kind": run.outcomes[FAILURE_KIND],
-            "unscored": run.outcomes[UNSCORED],
-            "unverified": run.outcomes[NO_VERIFY],
-            "failed": run.outcomes[FAILED_DISPATCH],
+            "masked": run.of(MASKED),
+            "failure_kind": run.of(FAILURE_KIND),
+            "unscored": run.of(UNSCORED),
+            "unverified": run.of(NO_VERIFY),
+            "failed": run.of(FAILED_DISPATCH),
             "binary": set(values) <= {0.0, 1.0},
             "bins": [],
         }
