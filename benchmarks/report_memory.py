@@ -140,9 +140,10 @@ def measure(rollouts: int, tasks: int, folder: Path) -> dict[str, object]:
     run = figures["run"]
     assert run["dispatches"] == rollouts and run["tasks"] == tasks, run
     assert figures["health"]["spans"] == rollouts - rollouts // 50, figures["health"]["spans"]
-    # Every rollout crossed with its verdict (one in 10 unhealthy), the all-rollouts table bounded.
-    crossed = sum(sum(row.values()) for row in figures["reward_health"]["counts"].values())
-    assert crossed == rollouts - rollouts // 50, crossed
+    # Every rollout crossed with its verdict (one in 10 unhealthy; the failed ones have none), the all-rollouts table bounded.
+    crossed = figures["reward_health"]["counts"]
+    assert sum(sum(row.values()) for row in crossed.values()) == rollouts, crossed
+    assert crossed["failed dispatch"] == {"no verdict": rollouts // 50}, crossed
     assert figures["rollouts"]["total"] == rollouts and figures["rollouts"]["listed"] <= 2000
     spans.unlink()
     page = (folder / "report.html").stat().st_size
@@ -160,10 +161,11 @@ HEADER = [
     "",
 ]
 ABOUT = [
-    "The file is read line by line; the figures are kept per task (plus fixed-size lists and a duration sketch), and each"
-    " rollout's reward and verdict in a compact memo (arrays: about 34 bytes a rollout, for reward against health, since the"
-    " health pass comes after the whole collection), so memory follows the number of tasks and of the per-task rows of"
-    " the output, plus that memo. The page embeds at most 2,000 rollouts and 5,000 tasks (the counts are over all).",
+    "The file is read line by line; every span is kept as part of its rollout's compact record (arrays: about 70 bytes a"
+    " rollout and 25 a verify, no span kept), the records are joined once everything is read and each rollout is decided"
+    " once; the other figures are kept per task (plus fixed-size lists and sketches), so memory follows the number of"
+    " rollouts (those records), of tasks and of the per-task rows of the output. The page embeds at most 2,000 rollouts"
+    " and 5,000 tasks (the counts are over all).",
 ]
 
 

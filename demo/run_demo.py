@@ -38,7 +38,15 @@ sys.path.insert(0, str(REPO))  # run as a script from a checkout: the package be
 
 from gym_instrument.tools.report import build_report, write_html  # noqa: E402
 from gym_instrument.tools.report.otlp import ReadStats, Span, read_spans  # noqa: E402
-from gym_instrument.tools.report.text import TASK_HEADER, infra_line, kinds_text, render_table, task_rows  # noqa: E402
+from gym_instrument.tools.report.text import (  # noqa: E402
+    TASK_HEADER,
+    infra_line,
+    kinds_text,
+    render_table,
+    rollouts_line,
+    task_rows,
+    wall_and_tokens_line,
+)
 
 
 def _shown(path: Path) -> str:
@@ -190,6 +198,8 @@ def main(output: Path = OUTPUT, exporting: dict[str, str] | None = None, trace_u
     run = figures["run"]
     print()
     print(infra_line(figures["infra_failures"]))
+    print(rollouts_line(figures))
+    print(wall_and_tokens_line(figures))
     print(
         f"per task (reward >= 1 is a success; pass@k over the repeats; mean {run['mean_reward']:.2f},"
         f" success {run['success_rate']:.0%}, {run['zero_variance_groups']} of {run['groups']} groups with all rewards equal):"

@@ -141,8 +141,8 @@ def check_report(spans_path: Path, samples: list[dict], report: Report) -> None:
         "tasks": NUM_SAMPLES,
         "dispatches": len(samples),
         "errors": sum(1 for sample in samples if sample["error"]),
-        "rewarded": sum(1 for sample in samples if sample["value"] is not None),
-        "verifies_without_dispatch": 0,
+        "scored": sum(1 for sample in samples if sample["value"] is not None),
+        "rollouts_without_dispatch": 0,
     }
     seen = {key: run.get(key) for key in expected}
     report.check(seen == expected, f"gym-instrument report's run figures {seen}, expected {expected}")

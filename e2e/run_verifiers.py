@@ -199,8 +199,8 @@ def check_report(spans_path: Path, episodes: list[dict], report: Report) -> None
         "tasks": NUM_TASKS,
         "dispatches": len(episodes),
         "errors": sum(1 for episode in episodes if not episode["ok"]),
-        "rewarded": sum(1 for episode in episodes if episode["ok"]),
-        "verifies_without_dispatch": 0,
+        "scored": sum(1 for episode in episodes if episode["ok"]),
+        "rollouts_without_dispatch": 0,
     }
     seen = {key: run.get(key) for key in expected}
     report.check(seen == expected, f"gym-instrument report's run figures {seen}, expected {expected}")

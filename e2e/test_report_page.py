@@ -4,7 +4,7 @@ Builds pages with the real command from real span files (the demo pipeline run u
 ``opentelemetry-instrument``, and the NeMo Gym 0.7.0 run in ``tests/data/e2e_runs/``), opens them
 in headless Chromium (Debian's ``chromium``, over the DevTools protocol, ``e2e/cdp.py``) in a
 1400 x 900 window, and reads the rendered page: a click on a column header sorts the rollouts,
-typing filters them, the rewarded-but-unhealthy list names the right rollouts, no main table is
+typing filters them, the succeeded-but-unhealthy list names the right rollouts, no main table is
 wider than the window, the charts' count axes are whole numbers and their time axes have units.
 Pages and screenshots stay in ``.e2e-work/report/`` (``GYM_REPORT_WORK`` for another folder).
 Every wait polls with a deadline; nothing asserts how long anything took.
@@ -35,7 +35,7 @@ GYM_INSTRUMENT = Path(sys.executable).parent / "gym-instrument"
 RUN_070 = REPO / "tests" / "data" / "e2e_runs" / "nemo-gym-0.7.0"
 WIDTH, HEIGHT = 1400, 900
 SMALL_RUN_PAGE = 1_500_000  # bytes: the issue's bound for a small run's page
-MAIN_TABLES = ("tasks-table", "rollouts-table", "reward-health", "rewarded-unhealthy-table", "unhealthy-table")
+MAIN_TABLES = ("tasks-table", "rollouts-table", "reward-health", "succeeded-unhealthy-table", "unhealthy-table")
 
 VISIBLE_ROWS = """(selector) => [...document.querySelectorAll(selector + ' tbody tr')]
     .filter((row) => !row.hidden)
@@ -158,10 +158,10 @@ def test_the_demo_page_is_small_fits_the_window_and_has_integer_count_axes(pages
     assert all(value <= 0 for value in sizes.values()), sizes
     assert ticks and all(tick.isdigit() for tick in ticks), ticks  # counts: 0, 1, 2 … never 0.5
     assert times and all(tick.endswith((" ms", " s")) for tick in times), times
-    assert any(caption.startswith("Reward of every rollout (13 dispatches)") for caption in charts), charts
-    for outcome in ("masked", "unscored", "failed"):  # every rollout is in the reward chart, scored or not
+    assert any(caption.startswith("Reward of every rollout (12 rollouts)") for caption in charts), charts
+    for outcome in ("masked", "failure kind"):  # every rollout is in the reward chart, scored or not
         assert outcome in reward_chart
-    assert "pass@1 is the mean of the tasks' success rates" in text and "Mean reward and success are over rollouts" in text
+    assert "pass@1 is the mean of the tasks' success rates" in text and "Mean reward and success are over scored rollouts" in text
 
 
 def test_every_rollout_sorts_and_filters(pages: dict[str, Path]) -> None:
@@ -189,7 +189,7 @@ def test_every_rollout_sorts_and_filters(pages: dict[str, Path]) -> None:
     seen = look(pages["demo"], steps)
     assert len(seen["all"]) == 13
     rewards_up = [row[4] for row in seen["reward up"]]
-    assert rewards_up[:10] == ["0", "0"] + ["1"] * 8 and set(rewards_up[10:]) == {"masked", "unscored", "-"}
+    assert rewards_up[:10] == ["0", "0"] + ["1"] * 8 and set(rewards_up[10:]) == {"masked", "failure: no_answer", "failed"}
     assert [row[4] for row in seen["reward down"]][:10] == ["1"] * 8 + ["0", "0"]
     durations = [float(row[7].split()[0]) for row in seen["duration up"]]
     assert durations == sorted(durations) and len(durations) == 13
@@ -201,22 +201,22 @@ def test_every_rollout_sorts_and_filters(pages: dict[str, Path]) -> None:
     assert sorted(row[2] for row in seen["unhealthy"]) == ["0-2", "1-1", "2-2", "3-1"]
 
 
-def test_rewarded_but_unhealthy_rollouts_of_a_real_nemo_gym_run(pages: dict[str, Path]) -> None:
+def test_succeeded_but_unhealthy_rollouts_of_a_real_nemo_gym_run(pages: dict[str, Path]) -> None:
     async def steps(page: Browser) -> Any:
         await shot(page, "report-070-reward-health", "#reward-health-section")
         await shot(page, "report-070-tasks", "#tasks")
-        heading = await page.evaluate("document.getElementById('rewarded-unhealthy').innerText")
+        heading = await page.evaluate("document.getElementById('succeeded-unhealthy').innerText")
         crossed = await rows(page, "#reward-health")
         return (
             heading,
-            await rows(page, "#rewarded-unhealthy-table"),
+            await rows(page, "#succeeded-unhealthy-table"),
             crossed,
             await rows(page, "#tasks-table"),
             await overflow(page),
         )
 
     heading, flagged, crossed, tasks, sizes = look(pages["070"], steps)
-    assert heading == "Rewarded but unhealthy: 4 rollouts"
+    assert heading == "Succeeded but unhealthy: 4 rollouts"
     assert sorted(row[1] for row in flagged) == ["3-0", "3-1", "4-0", "4-1"]
     assert {row[2] for row in flagged} == {"1"} and {row[3] for row in flagged} == {"model_call_zero_completion_tokens"}
     assert crossed[0][:3] == ["success", "5", "4"]  # success: healthy 5, unhealthy 4

@@ -157,8 +157,8 @@ def test_identity_verdicts_and_failed_episodes_by_configuration_alone(loop: str,
         if "reward" in result:
             expected[result["task_id"]].append(result["reward"])
     assert rewards["walk-a"] == sum(expected["walk-a"]) / 2 == 1.125
-    assert figures["run"]["rewarded"] == 4  # rollouts, not verify spans; the failed ones are not rewarded
-    assert figures["run"]["verifies_without_dispatch"] == 0
+    assert figures["run"]["scored"] == 4  # rollouts, not verify spans; the failed ones are not scored
+    assert figures["run"]["rollouts_without_dispatch"] == 0
 
 
 def report_span(span: Any) -> Span:
@@ -270,8 +270,8 @@ def test_the_report_scores_a_rollout_once_by_its_reward_rule(rule: str | None, r
     for order in ([*verifies, failed_verify, dispatch, failed], [dispatch, failed, *verifies, failed_verify]):
         figures = RunFigures().add_all(order).figures()
         (task,) = figures["tasks"]
-        assert (task["rewarded"], task["mean_reward"]) == (1, reward)
-        assert figures["run"]["verifies_without_dispatch"] == 0
+        assert (task["scored"], task["mean_reward"]) == (1, reward)
+        assert figures["run"]["rollouts_without_dispatch"] == 0
 
 
 def test_a_target_in_a_script_says_how_to_trace_it(instrument: Any) -> None:

@@ -63,7 +63,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> BaseInstall:
 def test_report_text_json_and_page_need_only_the_base_install(base: BaseInstall) -> None:
     text = base.run("report", "spans.jsonl")
     assert text.returncode == 0 and text.stderr == ""
-    assert "run: 7 tasks, 14 dispatches (0 failed), 14 rewarded" in text.stdout
+    assert "rollouts: 14 (7 tasks) = 9 succeeded (reward >= 1) + 5 scored zero" in text.stdout
     assert f"report: {Path('report.html')}" in text.stdout
     page = (base.root / "report.html").read_text()
     assert "Reward per task" in page and "<svg" in page and "rollouts-table" in page
@@ -71,10 +71,10 @@ def test_report_text_json_and_page_need_only_the_base_install(base: BaseInstall)
     as_json = base.run("report", "spans.jsonl", "--format", "json", "--no-html")
     assert as_json.returncode == 0 and as_json.stderr == ""
     figures = json.loads(as_json.stdout)
-    assert figures["run"]["dispatches"] == 14 and figures["reward_health"]["rewarded_unhealthy_total"] == 4
+    assert figures["run"]["dispatches"] == 14 and figures["reward_health"]["succeeded_unhealthy_total"] == 4
 
     module = base.run("report", "spans.jsonl", "--no-html", module=True)
-    assert module.returncode == 0 and "run: 7 tasks" in module.stdout
+    assert module.returncode == 0 and "rollouts: 14 (7 tasks)" in module.stdout
 
 
 def test_compare_needs_only_the_base_install(base: BaseInstall) -> None:
@@ -100,7 +100,7 @@ def test_replay_and_the_progress_bar_say_which_extra_to_install(base: BaseInstal
     assert not (base.root / "replayed.jsonl").exists()
 
     progress = base.run("report", "spans.jsonl", "--no-html", "--progress")
-    assert progress.returncode == 0 and "run: 7 tasks" in progress.stdout
+    assert progress.returncode == 0 and "rollouts: 14 (7 tasks)" in progress.stdout
     assert progress.stderr.splitlines() == [f"no progress bar: tqdm is not installed ({EXTRA})"]
 
 

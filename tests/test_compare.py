@@ -66,17 +66,18 @@ def test_worse_tasks_come_first_in_json(run_b: Path) -> None:
     assert overall["mean_reward"]["diff"] == pytest.approx(-1 / 14)
     assert overall["pass_at_1"]["diff"] == pytest.approx((-1 + 0.5) / 7)
     assert overall["pass_at_2"] == {"a": 1.0, "b": pytest.approx(6 / 7), "diff": pytest.approx(-1 / 7)}
-    assert overall["rewarded_unhealthy"] == {"a": 4, "b": 3, "diff": -1}  # 3-0, 3-1 no longer rewarded; 2-1 now is
+    assert overall["succeeded_unhealthy"] == {"a": 4, "b": 3, "diff": -1}  # 3-0, 3-1 no longer succeed; 2-1 now does
     assert overall["unhealthy_rate"]["diff"] == 0.0 and overall["failed"]["diff"] == 0
-    assert comparison["overall_change"] == "worse" and comparison["changes"] == {"worse": 1, "same": 5, "better": 1}
+    assert comparison["overall_change"] == "worse"
+    assert comparison["changes"] == {"worse": 1, "new": 0, "same": 5, "better": 1}
     assert comparison["only_in_a"] == comparison["only_in_b"] == []
 
 
 def test_the_terminal_and_the_page(run_b: Path, tmp_path: Path) -> None:
     page = tmp_path / "compare.html"
     out = gym_instrument("compare", str(LIVE), str(run_b), "--html", str(page)).stdout
-    assert "B against A: worse overall; per task: 1 worse, 5 the same, 1 better (of 7 tasks in both" in out
-    assert re.search(r"^mean reward \(over rollouts\)\s+0\.64\s+0\.57\s+-0\.07$", out, re.MULTILINE)
+    assert "B against A: worse overall; per task: 1 worse, 5 the same, 1 better, 0 new (of 7 tasks in both" in out
+    assert re.search(r"^mean reward \(over scored\)\s+0\.64\s+0\.57\s+-0\.07$", out, re.MULTILINE)
     rows = out[out.index("tasks, worse first:") :].splitlines()[3:]
     assert rows[0].split()[:2] == ["weather-sf", "worse"] and rows[-3].split()[:2] == ["#2", "better"]
     assert f"comparison: {page}" in out
@@ -91,6 +92,41 @@ def test_a_replayed_run_folder_compares_equal_to_its_live_spans(tmp_path: Path) 
         shutil.copy2(RUN_070 / name, folder / name)
     gym_instrument("replay", str(folder), "--output", str(folder / "spans.otlp.jsonl"))
     comparison = json.loads(gym_instrument("compare", str(LIVE), str(folder), "--format", "json").stdout)
-    assert comparison["changes"] == {"worse": 0, "same": 7, "better": 0} and comparison["only_in_b"] == []
-    for name in ("mean_reward", "success_rate", "pass_at_1", "unhealthy_rate", "rewarded_unhealthy", "failed"):
+    assert comparison["changes"] == {"worse": 0, "new": 0, "same": 7, "better": 0} and comparison["only_in_b"] == []
+    for name in ("mean_reward", "success_rate", "pass_at_1", "unhealthy_rate", "succeeded_unhealthy", "failed", "infra_rate"):
         assert comparison["overall"][name]["diff"] == 0, name
+
+
+def without_rewards(line: str, rollout_ids: set[str] | None) -> str:
+    """The same batch with the reward attribute taken off the verifies of ``rollout_ids`` (None: all of them)."""
+    batch = json.loads(line)
+    for resource in batch.get("resourceSpans", []):
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                values = {item["key"]: item["value"] for item in span.get("attributes", [])}
+                rollout_id = values.get("nemo.gym.rollout.id", {}).get("stringValue")
+                if span["name"] == "gym.verify" and (rollout_ids is None or rollout_id in rollout_ids):
+                    values.pop("nemo.gym.rollout.reward", None)
+                    span["attributes"] = [{"key": key, "value": value} for key, value in values.items()]
+    return json.dumps(batch, separators=(",", ":")) + "\n"
+
+
+def test_a_task_scored_only_in_b_is_new_and_runs_whose_success_differs_are_never_the_same(tmp_path: Path) -> None:
+    unscored_task, unscored_run = tmp_path / "no-weather-score.jsonl", tmp_path / "no-score.jsonl"
+    unscored_task.write_text("".join(without_rewards(line, {"3-0", "3-1"}) for line in LIVE.open()))
+    unscored_run.write_text("".join(without_rewards(line, None) for line in LIVE.open()))
+
+    comparison = json.loads(gym_instrument("compare", str(unscored_task), str(LIVE), "--format", "json").stdout)
+    weather = next(task for task in comparison["tasks"] if task["task"] == "weather-sf")
+    assert weather["change"] == "new" and weather["measures"]["mean_reward"] == {"a": None, "b": 1.0, "diff": None}
+    assert comparison["changes"] == {"worse": 0, "new": 1, "same": 6, "better": 0}
+    assert comparison["tasks"][0]["task"] == "weather-sf"  # first: nothing got worse
+    back = json.loads(gym_instrument("compare", str(LIVE), str(unscored_task), "--format", "json").stdout)
+    assert next(task for task in back["tasks"] if task["task"] == "weather-sf")["change"] == "worse"
+
+    # Run A scored nothing, run B scored 14 rollouts (9 succeeded): not "the same".
+    comparison = json.loads(gym_instrument("compare", str(unscored_run), str(LIVE), "--format", "json").stdout)
+    assert comparison["overall"]["scored"] == {"a": 0, "b": 14, "diff": 14}
+    assert comparison["overall_change"] == "new" and comparison["changes"]["same"] == 0
+    text = gym_instrument("compare", str(unscored_run), str(LIVE)).stdout
+    assert "B against A: new overall; per task: 0 worse, 0 the same, 0 better, 7 new" in text

@@ -62,7 +62,7 @@ def test_each_side_named_by_service_and_file_with_a_link_to_its_report(runs: tup
     lines = out.splitlines()
     assert f"A: demo-rollouts ({run_a}); its report: {tmp_path / 'compare-a.html'}" in lines
     assert f"B: demo-rollouts ({run_b}); its report: {tmp_path / 'compare-b.html'}" in lines
-    assert re.search(r"^masked share \(over rollouts\)\s+8%\s+0%\s+-8 pts$", out, re.MULTILINE)
+    assert re.search(r"^masked share\s+8%\s+0%\s+-8 pts$", out, re.MULTILINE)
     assert re.search(r"^dispatch time p95\s+[\d.]+ ms\s+[\d.]+ ms\s+\+0\.000 ms$", out, re.MULTILINE)
     page = (tmp_path / "compare.html").read_text()
     assert f"<b>A</b>: demo-rollouts <code>{run_a}</code> · <a href='compare-a.html'>its report</a>" in page

@@ -66,8 +66,9 @@ def test_demo_prints_the_table_a_task_summary_and_a_command_that_reproduces_the_
     assert re.search(
         r"^task id\s+repeat\s+rollout id\s+reward\s+verdict\s+failed checks\s+duration\s+trace id$", printed, re.MULTILINE
     )
-    assert re.search(r"^arith-002\s+3\s+1\s+3\s+0\.67\s+0\.47\s+67%\s+1\.00 \(k=3\)", printed, re.MULTILINE)  # per task
-    assert re.search(r"^geo-17\s+3\s+0\s+2\s+1\.00\s+0\.00\s+100%\s+1\.00 \(k=2\)\s+yes", printed, re.MULTILINE)
+    # Per task: rollouts, infrastructure failures, scored, succeeded, mean, std, success, pass@k, all equal.
+    assert re.search(r"^arith-002\s+3\s+0\s+3\s+2\s+0\.67\s+0\.47\s+67%\s+1\.00 \(k=3\)", printed, re.MULTILINE)
+    assert re.search(r"^geo-17\s+3\s+1\s+2\s+2\s+1\.00\s+0\.00\s+100%\s+1\.00 \(k=2\)\s+yes", printed, re.MULTILINE)
     assert sorted(path.name for path in output.iterdir()) == ["report.html", "rollouts.jsonl", "spans.otlp.jsonl"]
     assert "Reward per task" in (output / "report.html").read_text()
 
@@ -82,7 +83,7 @@ def test_demo_prints_the_table_a_task_summary_and_a_command_that_reproduces_the_
     reported = subprocess.run(["/bin/sh", "-c", report_command], cwd=run_demo.REPO, capture_output=True, text=True)
     # Its masked and no-answer rollouts: 2 of 12 infrastructure failures, over the default limit (exit code 4).
     assert reported.returncode == 4 and reported.stdout.startswith("OVER THE LIMIT: infrastructure failures: 2 of 12")
-    assert "run: 4 tasks, 13 dispatches (1 failed)" in reported.stdout
+    assert "rollouts: 12 (4 tasks; 13 dispatches, 1 a failed attempt that a retry replaced)" in reported.stdout
     assert (output / "report.html").is_file()
 
 

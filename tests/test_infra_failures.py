@@ -56,8 +56,8 @@ def test_the_first_line_says_a_third_failed_and_the_exit_code_is_its_own(spans_f
     process = gym_instrument("report", str(spans_file), "--html", str(tmp_path / "report.html"))
     assert process.returncode == 4, process.stderr
     assert process.stdout.splitlines()[0] == (
-        f"OVER THE LIMIT: infrastructure failures: 4 of 12 rollouts (33%, over --max-infra-failures 5%): {SETUP_ERROR} 2,"
-        " environment_setup_failed 2; honest zeros (reward 0, no failure): 2"
+        "OVER THE LIMIT: infrastructure failures: 4 of 12 rollouts (33%, over --max-infra-failures 5%):"
+        f" environment_setup_failed 2, {SETUP_ERROR} 2; scored zero (reward 0, no failure): 2"
     )
     assert "infrastructure failures per task (not rewards of 0):" in process.stdout
     assert (tmp_path / "report.html").is_file()  # written all the same
@@ -72,17 +72,21 @@ def test_a_limit_above_the_share_exits_0_and_still_counts_them(spans_file: Path)
     assert gym_instrument("report", str(spans_file), "--no-html", "--max-infra-failures", "0.3").returncode == 4
 
 
-def test_per_task_kinds_and_honest_zeros_in_the_json(spans_file: Path) -> None:
+def test_per_task_kinds_and_scored_zeros_in_the_json(spans_file: Path) -> None:
     process = gym_instrument("report", str(spans_file), "--no-html", "--format", "json")
     assert process.returncode == 4
     figures: dict[str, Any] = json.loads(process.stdout)
     infra = figures["infra_failures"]
-    assert (infra["rollouts"], infra["failures"], infra["honest_zeros"], infra["over_limit"]) == (12, 4, 2, True)
+    assert (infra["rollouts"], infra["failures"], infra["scored_zero"], infra["over_limit"]) == (12, 4, 2, True)
     assert infra["kinds"] == {SETUP_ERROR: 2, "environment_setup_failed": 2}
     per_task = {task["task"]: task["infra_failures"] for task in figures["tasks"]}
-    assert per_task["env-0"] == {"rollouts": 2, "failures": 1, "share": 0.5, "kinds": {SETUP_ERROR: 1}, "honest_zeros": 0}
+    assert per_task["env-0"] == {"rollouts": 2, "failures": 1, "share": 0.5, "kinds": {SETUP_ERROR: 1}, "scored_zero": 0}
     assert per_task["env-2"]["kinds"] == {"environment_setup_failed": 1}
-    assert per_task["env-4"] == {"rollouts": 2, "failures": 0, "share": 0.0, "kinds": {}, "honest_zeros": 1}
+    assert per_task["env-4"] == {"rollouts": 2, "failures": 0, "share": 0.0, "kinds": {}, "scored_zero": 1}
+    # A rollout is an infrastructure failure or scored, never both: the verifies that said reward 0 with a failure
+    # kind are not scored zeros, and their 0 is in no mean.
+    run = figures["run"]
+    assert (run["rollouts"], run["scored"], run["scored_zero"], run["infra_failures"]) == (12, 8, 2, 4)
 
 
 def test_compare_says_so_first_and_exits_4_too(spans_file: Path, tmp_path: Path) -> None:
@@ -90,7 +94,7 @@ def test_compare_says_so_first_and_exits_4_too(spans_file: Path, tmp_path: Path)
     assert process.returncode == 4, process.stderr
     assert process.stdout.splitlines()[:2] == [
         f"OVER THE LIMIT: infrastructure failures in {side}: 4 of 12 rollouts (33%, over --max-infra-failures 5%):"
-        f" {SETUP_ERROR} 2, environment_setup_failed 2"
+        f" environment_setup_failed 2, {SETUP_ERROR} 2"
         for side in "AB"
     ]
     page = (tmp_path / "pages" / "compare.html").read_text()  # --html DIR/: the page goes in it

@@ -116,7 +116,7 @@ def test_replay_of_a_run_makes_dispatch_verify_and_health_spans(tmp_path: Path) 
     assert [task["task"] for task in figures["tasks"]] == ["#0", "#1", "#2"]
     for task in figures["tasks"]:
         rewards = [row["reward"] for (t, _), row in output_rows.items() if t == task["task_index"]]
-        assert task["rewarded"] == 2 and task["mean_reward"] == pytest.approx(sum(rewards) / 2)
+        assert task["scored"] == 2 and task["mean_reward"] == pytest.approx(sum(rewards) / 2)
     assert figures["run"]["zero_variance_groups"] == 1  # task 2: both repeats scored 0
     assert figures["health"]["verdicts"] == {"unobserved": 6}
     assert figures["time"]["measured"] == 0 and figures["time"]["without_duration"] == 6

@@ -12,6 +12,7 @@ import json
 import math
 import random
 import re
+import shlex
 import subprocess
 import sys
 from collections import defaultdict
@@ -36,7 +37,7 @@ TASK_LABELS = ["arith-001", "arith-002", "geo-17", "#3"]  # the demo's last task
 DEMO_EXIT = 4
 DEMO_FIRST_LINE = (
     "OVER THE LIMIT: infrastructure failures: 2 of 12 rollouts (17%, over --max-infra-failures 5%): masked 1, no_answer 1;"
-    " honest zeros (reward 0, no failure): 2"
+    " scored zero (reward 0, no failure): 2"
 )
 
 
@@ -55,12 +56,15 @@ def report_json(*arguments: str) -> dict[str, Any]:
 
 
 def expected_by_task(rollouts: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Per task index, what the pipeline's output rows say: rewards (numeric, unmasked), masked, unscored."""
-    tasks: dict[int, dict[str, Any]] = defaultdict(lambda: {"rewards": [], "masked": 0, "unscored": 0})
+    """Per task index, what the pipeline's output rows say: rewards (numeric, unmasked, no failure kind), masked,
+    failure kinds, unscored."""
+    tasks: dict[int, dict[str, Any]] = defaultdict(lambda: {"rewards": [], "masked": 0, "failure_kinds": 0, "unscored": 0})
     for row in rollouts:
         task = tasks[row["_ng_task_index"]]
         reward = row.get("reward")
-        if row.get("mask_sample"):
+        if row.get("failure_kind") is not None:
+            task["failure_kinds"] += 1
+        elif row.get("mask_sample"):
             task["masked"] += 1
         elif isinstance(reward, float):
             task["rewards"].append(reward)
@@ -77,8 +81,9 @@ def test_figures_per_task_match_the_rollouts_file(demo_run: Any, tmp_path: Path)
     for task, (index, expected) in zip(tasks, sorted(expected_by_task(rollouts).items()), strict=True):
         rewards = expected["rewards"]
         assert task["task_index"] == index
-        assert task["rewarded"] == len(rewards)
+        assert task["scored"] == len(rewards)
         assert task["masked"] == expected["masked"]
+        assert task["failure_kinds"] == expected["failure_kinds"]
         assert task["unscored"] == expected["unscored"]
         assert task["mean_reward"] == pytest.approx(sum(rewards) / len(rewards))
         mean = sum(rewards) / len(rewards)
@@ -96,7 +101,8 @@ def test_figures_per_task_match_the_rollouts_file(demo_run: Any, tmp_path: Path)
 
     run = figures["run"]
     all_rewards = [reward for task in expected_by_task(rollouts).values() for reward in task["rewards"]]
-    assert run["dispatches"] == 13 and run["errors"] == 1 and run["rewarded"] == len(all_rewards) == 10
+    assert run["dispatches"] == 13 and run["errors"] == 1 and run["scored"] == len(all_rewards) == 10
+    assert run["rollouts"] == 12 and run["failed"] == 0 and run["replaced_attempts"] == 1  # 1-2 failed, its retry replaced it
     assert run["mean_reward"] == pytest.approx(sum(all_rewards) / len(all_rewards))
     assert run["zero_variance_groups"] == 2 and run["groups"] == 4
     assert [item["task"] for item in run["zero_variance_tasks"]] == ["geo-17", "#3"]
@@ -176,15 +182,16 @@ def test_every_rollout_with_its_reward_verdict_and_retry(demo_run: Any) -> None:
     by_id["1-2-a1"] = by_id.pop("1-2")  # the output row of the retried rollout is its second attempt
     for rollout_id, row in by_id.items():
         shown = rows[rollout_id]
-        if row.get("mask_sample"):
-            assert shown["reward"] == "masked"
-        elif isinstance(row.get("reward"), float):
-            assert shown["reward"] == row["reward"]
+        if row.get("failure_kind") is not None:
+            assert (shown["outcome"], shown["failure_kind"], shown["reward"]) == ("failure kind", row["failure_kind"], None)
+        elif row.get("mask_sample"):
+            assert (shown["outcome"], shown["reward"]) == ("masked", None)
         else:
-            assert shown["reward"] == "unscored"
+            assert shown["reward"] == row["reward"] and shown["outcome"] in ("success", "below threshold")
         assert shown["repeat"] == row["_ng_rollout_index"] and shown["duration_ms"] > 0
         assert shown["trace_url"] == f"http://viewer.test/trace/{shown['trace_id']}?span={shown['span_id']}"
     assert rows["1-2"]["error_type"] == "rollout_pipeline.AgentUnavailable" and rows["1-2"]["reward"] is None
+    assert rows["1-2"]["replaced"] is True
     assert rows["1-2"]["retried_by"] == "1-2-a1" and rows["1-2-a1"]["retry_of"] == "1-2"
     assert rows["3-1"]["verdict"] == "unhealthy"
     assert rows["3-1"]["checks"] == ["agent_turn_hollow", "rollout_ended_on_failed_model_call"]
@@ -196,10 +203,12 @@ def test_every_rollout_with_its_reward_verdict_and_retry(demo_run: Any) -> None:
         ("1-2-a1", None),
     ]
     assert chain["attempts"][1]["reward"] == 1.0 and chain["attempts"][1]["verdict"] == "healthy"
-    # Every rollout in the reward figure once: 8 rewards of 1, 2 of 0, one masked, one unscored, one failed.
+    # Every rollout in the reward figure once: 8 rewards of 1, 2 of 0, one masked, one failure kind (the failed
+    # attempt that its retry replaced is not a rollout).
     rewards = figures["rewards"]
     assert rewards["values"] == {"0.0": 2, "1.0": 8} and rewards["binary"] and rewards["bins"] == []
-    assert (rewards["masked"], rewards["unscored"], rewards["unverified"], rewards["failed"]) == (1, 1, 0, 1)
+    counts = ("masked", "failure_kind", "unscored", "unverified", "failed")
+    assert tuple(rewards[name] for name in counts) == (1, 1, 0, 0, 0)
     assert [group["name"] for group in figures["groups"]["agent"]] == ["demo_agent"]
 
 
@@ -207,8 +216,8 @@ def test_reward_against_health_on_a_real_nemo_gym_run() -> None:
     figures = report_json(str(E070), "--no-html")
     crossed = figures["reward_health"]
     assert crossed["counts"] == {"success": {"healthy": 5, "unhealthy": 4}, "below threshold": {"unhealthy": 5}}
-    assert crossed["rewarded_unhealthy_total"] == 4
-    flagged = crossed["rewarded_unhealthy"]
+    assert crossed["succeeded_unhealthy_total"] == 4
+    flagged = crossed["succeeded_unhealthy"]
     assert sorted(item["rollout_id"] for item in flagged) == ["3-0", "3-1", "4-0", "4-1"]
     assert {item["reward"] for item in flagged} == {1.0} and {item["verdict"] for item in flagged} == {"unhealthy"}
     assert all(item["reward"] in (0.0, 1.0) for item in figures["health"]["unhealthy"])  # the unhealthy list has rewards
@@ -219,7 +228,7 @@ def test_reward_against_health_on_a_real_nemo_gym_run() -> None:
     assert [group["name"] for group in figures["groups"]["taskset"]] == ["(no taskset)", "e2e_mcqa_native"]
     agents = {group["name"]: group for group in figures["groups"]["agent"]}
     assert agents["example_single_tool_call_simple_agent"]["dispatches"] == 4
-    assert agents["mcqa_simple_agent"]["rewarded"] == 6
+    assert agents["mcqa_simple_agent"]["scored"] == 6
     assert sum(group["dispatches"] for group in agents.values()) == figures["run"]["dispatches"] == 14
 
 
@@ -248,7 +257,7 @@ def test_the_rollout_table_is_bounded_and_the_counts_exact() -> None:
     assert figures["rollouts"]["listed"] == len(figures["rollouts"]["rows"]) == 50
     assert figures["rollouts"]["total"] == 1000
     assert figures["reward_health"]["counts"] == {"success": {"healthy": 100, "unhealthy": 900}}
-    assert figures["reward_health"]["rewarded_unhealthy_total"] == 900
+    assert figures["reward_health"]["succeeded_unhealthy_total"] == 900
 
 
 def test_terminal_summary(demo_run: Any) -> None:
@@ -259,24 +268,33 @@ def test_terminal_summary(demo_run: Any) -> None:
     assert process.returncode == DEMO_EXIT, process.stderr
     out = process.stdout
     assert out.splitlines()[0] == DEMO_FIRST_LINE
-    assert "run: 4 tasks, 13 dispatches (1 failed), 10 rewarded, 1 masked, 1 without a numeric reward" in out
+    assert out.splitlines()[1] == (
+        "rollouts: 12 (4 tasks; 13 dispatches, 1 a failed attempt that a retry replaced) = 8 succeeded (reward >= 1)"
+        " + 2 scored zero + 2 infrastructure failures (1 masked); 4 unhealthy (of 12 with a verdict)"
+    )
+    assert re.match(r"wall time: [\d.]+ ms \(.* UTC\); tokens: none on these spans$", out.splitlines()[2])
     assert "groups with all rewards equal (no learning signal): 2 of 4: geo-17 (all 1), #3 (all 1)" in out
     assert "health: healthy 8, unhealthy 4" in out
     assert "errors by error.type: rollout_pipeline.AgentUnavailable 1" in out
     assert re.search(r"dispatch time: p50 [\d.]+ ms, p95 [\d.]+ ms, max [\d.]+ ms over 13 dispatches", out)
     for label in TASK_LABELS:
         assert re.search(rf"^{re.escape(label)}\s+3\s", out, re.MULTILINE)
-    assert re.search(r"^#3\s+3-1\s+unscored\s+agent_turn_hollow", out, re.MULTILINE)  # unhealthy, with its reward
+    assert re.search(r"^#3\s+3-1\s+failure: no_answer\s+agent_turn_hollow", out, re.MULTILINE)  # unhealthy, its outcome
     assert "retries: 1 dispatch; 1 rollout recovered, 0 still failed: 1-2 -> 1-2-a1" in out
-    assert "rewarded but unhealthy (a success the health pass flags: reward hacking or a broken judge?): 0" in out
+    assert "succeeded but unhealthy (a success the health pass flags: reward hacking or a broken judge?): 0" in out
 
 
 def test_terminal_summary_of_a_real_run_names_the_rewarded_but_unhealthy() -> None:
     process = subprocess.run([str(GYM_INSTRUMENT), "report", str(E070), "--no-html"], capture_output=True, text=True)
     assert process.returncode == 0, process.stderr
-    assert "broken judge?): 4: 3-1 (weather-sf), 4-1 (#4), 4-0 (#4), 3-0 (weather-sf)" in process.stdout
+    assert (
+        "succeeded but unhealthy (a success the health pass flags: reward hacking or a broken judge?): 4: 3-1 (weather-sf),"
+        in process.stdout
+    )
     assert re.search(r"^e2e_mcqa_native/native-ohm\s+2\s", process.stdout, re.MULTILINE)
-    assert re.search(r"^example_single_tool_call_simple_agent\s+2\s+4\s+0\s+1\.00\s+100%\s+100%$", process.stdout, re.MULTILINE)
+    assert re.search(
+        r"^example_single_tool_call_simple_agent\s+2\s+4\s+0\s+4\s+1\.00\s+100%\s+100%$", process.stdout, re.MULTILINE
+    )
 
 
 def _collector_shaped(line: str) -> str:
@@ -335,14 +353,7 @@ def test_verify_read_before_or_after_its_dispatch_joins_to_its_task() -> None:
     mixed = [span for pair in zip(verifies, dispatches, strict=True) for span in pair]
     orders = [dispatches + verifies, verifies + dispatches, mixed]
     results = []
-    for order in orders:
-        figures = RunFigures().add_all(order).figures()
-        results.append([(task["task"], task["rewarded"], task["mean_reward"]) for task in figures["tasks"]])
-        assert figures["run"]["verifies_without_dispatch"] == 0
-    assert results[0] == results[1] == results[2]
-    assert [rewarded for _, rewarded, _ in results[0]] == [10, 10, 10]
 
-    # The join holds what waits for its partner, up to join_capacity, oldest dropped first.
     def lagging(lag: int) -> list[Span]:
         order = []
         for i, dispatch in enumerate(dispatches):
@@ -351,12 +362,18 @@ def test_verify_read_before_or_after_its_dispatch_joins_to_its_task() -> None:
                 order.append(verifies[i - lag])
         return order + verifies[len(dispatches) - lag :]
 
-    assert RunFigures(join_capacity=5).add_all(lagging(3)).figures()["run"]["verifies_without_dispatch"] == 0
-    assert RunFigures().add_all(lagging(10)).figures()["run"]["verifies_without_dispatch"] == 0
-    too_far = RunFigures(join_capacity=5).add_all(lagging(10)).figures()
-    assert too_far["run"]["verifies_without_dispatch"] == too_far["run"]["verifies_without_dispatch_rewarded"] == 30
-    assert sum(task["rewarded"] for task in too_far["tasks"]) == 0
-    assert [task["rollouts"] for task in too_far["tasks"]] == [10, 10, 10]  # dispatches are counted all the same
+    orders.extend(lagging(lag) for lag in (3, 10, 29))
+    results = []
+    for order in orders:
+        figures = RunFigures().add_all(order).figures()
+        results.append([(task["task"], task["scored"], task["mean_reward"]) for task in figures["tasks"]])
+        assert figures["run"]["rollouts_without_dispatch"] == 0
+    assert all(result == results[0] for result in results)
+    assert [scored for _, scored, _ in results[0]] == [10, 10, 10]
+
+    # Past the store's capacity, the spans of further rollouts are counted, not joined (and the report says so).
+    full = RunFigures(capacity=5).add_all(mixed).figures()
+    assert full["source"]["spans_not_kept"] == 50 and full["run"]["rollouts"] == 5 and full["run"]["dispatches"] == 30
 
 
 def test_pass_at_k_and_duration_quantiles() -> None:
@@ -442,13 +459,13 @@ def test_progress_bar_on_a_long_read_in_a_terminal(demo_run: Any, tmp_path: Path
     assert long_file.stat().st_size > PROGRESS_BYTES
 
     code, stdout, terminal = report_on_a_terminal(str(long_file), "--no-html")
-    assert code == DEMO_EXIT and "run: 4 tasks, 13 dispatches" in stdout
+    assert code == DEMO_EXIT and "rollouts: 12 (4 tasks; 13 dispatches" in stdout
     size = f"{long_file.stat().st_size / 1024**2:.1f}M"
     bar = rf"reading spans: 100%\|█+\| {re.escape(size)}/{re.escape(size)} "  # tqdm's bar, finished, over the file's bytes
     assert re.search(bar, terminal), terminal[-300:]
 
     code, stdout, terminal = report_on_a_terminal(str(spans_file), "--no-html")  # a short read: no bar
-    assert code == DEMO_EXIT and "run: 4 tasks" in stdout and "reading spans" not in terminal
+    assert code == DEMO_EXIT and "rollouts: 12 (4 tasks" in stdout and "reading spans" not in terminal
     code, _, terminal = report_on_a_terminal(str(long_file), "--no-html", "--no-progress")
     assert code == DEMO_EXIT and "reading spans" not in terminal
 
@@ -461,3 +478,49 @@ def test_progress_bar_on_request_and_never_into_a_pipe_by_default(demo_run: Any,
     assert asked.returncode == DEMO_EXIT and "reading spans: 100%" in asked.stderr
     piped = subprocess.run([str(GYM_INSTRUMENT), "report", str(spans_file), "--no-html"], capture_output=True, text=True)
     assert piped.returncode == DEMO_EXIT and piped.stderr == ""
+
+
+def big_run(path: Path, rollouts: int = 600) -> Path:
+    """A run of ``rollouts`` rollouts through the real SDK and the package's file exporter, the first one failed."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    from gym_instrument.tools.export import JsonFileSpanExporter
+
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(JsonFileSpanExporter(path)))
+    tracer = provider.get_tracer("gym_instrument")
+    for number in range(rollouts):
+        rollout_id = f"{number % 50}-{number // 50}"
+        identity = {"nemo.gym.task.index": number % 50, "nemo.gym.rollout.id": rollout_id}
+        dispatch = tracer.start_span("gym.rollout.dispatch", attributes=identity)
+        if number == 0:
+            dispatch.set_attribute("error.type", "builtins.TimeoutError")
+            dispatch.set_status(Status(StatusCode.ERROR))
+        else:
+            context = trace.set_span_in_context(dispatch)
+            tracer.start_span("gym.verify", context=context, attributes={"nemo.gym.rollout.id": rollout_id}).end()
+        dispatch.end()
+    provider.shutdown()
+    return path
+
+
+def test_a_reader_that_leaves_early_keeps_the_exit_code(tmp_path: Path) -> None:
+    """``report ... | head``: the command's code (4: over the limit) whether the reader left before or while it wrote."""
+    spans = big_run(tmp_path / "spans.jsonl")
+    command = [str(GYM_INSTRUMENT), "report", str(spans), "--no-html", "--max-infra-failures", "0"]
+    for output in ([], ["--format", "json"]):
+        # The reader is gone before a word is written.
+        process = subprocess.Popen([*command, *output], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        errors = process.stderr.read()
+        assert process.wait(timeout=120) == 4 and errors == b"", errors
+    # A real `head` in a shell pipeline, as a person types it: the JSON is larger than a pipe holds, so the
+    # command is still writing when head has read its line and left.
+    pipeline = " ".join(map(shlex.quote, [*command, "--format", "json"])) + ' | head -1; echo "exit ${PIPESTATUS[0]}"'
+    for _ in range(3):
+        shell = subprocess.run(["bash", "-c", pipeline], capture_output=True, text=True, timeout=120)
+        assert shell.stdout.splitlines() == ["{", "exit 4"] and shell.stderr == "", shell.stderr

@@ -38,7 +38,10 @@ def test_start_end_and_wall_time(demo: Any) -> None:
     _, text, page, figures = demo
     source = figures["source"]
     assert source["wall_ms"] == (source["last_end_unix_nano"] - source["first_start_unix_nano"]) / 1e6 > 0
-    assert re.search(r"^time: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d to [\d:]{8} UTC, wall [\d.]+ ms$", text.splitlines()[2])
+    assert re.search(
+        r"^wall time: [\d.]+ ms \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d to [\d:]{8} UTC\); tokens: none on these spans$",
+        text.splitlines()[2],
+    )
     assert "<span>wall time</span>" in page or ">wall time<" in page
 
 
@@ -47,7 +50,7 @@ def test_an_id_less_task_is_named_by_its_index_everywhere(demo: Any, capsys: pyt
     rows = run_demo.table(run_demo.spans_of(spans_file))
     assert {row[0] for row in rows if row[2].startswith("3-")} == {"#3"}  # make demo's table
     assert re.search(r"^#3\s+3\s", text, re.MULTILINE)  # the report's task table
-    assert re.search(r"^#3\s+3-1\s+unscored", text, re.MULTILINE)  # its unhealthy rollouts
+    assert re.search(r"^#3\s+3-1\s+failure: no_answer", text, re.MULTILINE)  # its unhealthy rollouts
     assert "(no task id)" not in page and ">#3<" in page
 
 
@@ -57,11 +60,30 @@ def test_reward_per_task_counts_rollouts_as_the_tasks_table(demo: Any) -> None:
     assert (arith_002["dispatches"], arith_002["rollouts"]) == (4, 3)  # one failed attempt, replaced by its retry
     assert "arith-002: 2 of 3 rollouts success" in page and "arith-002: 1 of 4" not in page
     assert "arith-002: 1 of 3 rollouts below" in page and "arith-002: 1 of 3 rollouts failed" not in page
-    assert "<title>1 rollout failed</title>" in page  # the reward of every rollout: the failed attempt, one
+    # The reward of every rollout: the failed attempt that its retry replaced is not one; the masked and the
+    # failure-kind rollouts are one each.
+    assert "rollout failed</title>" not in page and "rollouts failed</title>" not in page
+    assert "<title>1 rollout masked</title>" in page and "<title>1 rollout failure kind</title>" in page
 
 
 def test_pass_at_k_named_one_way_and_plurals(demo: Any) -> None:
     _, text, page, _ = demo
     assert "pass@n" not in page and "<th>pass@k</th>" in page
     assert "retries: 1 dispatch; 1 rollout recovered, 0 still failed" in text
-    assert "1 failed, 1 retry" in page
+    assert "4 tasks; 13 dispatches, 1 retry" in page
+
+
+def test_the_first_lines_say_what_a_person_decides_on(demo: Any) -> None:
+    """Rollouts, succeeded, scored zero, infrastructure failures, masked, unhealthy, wall time, tokens: first, and
+    "scored" (a numeric reward, no failure) where "rewarded" used to mean that."""
+    _, text, page, figures = demo
+    first = "\n".join(text.splitlines()[:3])
+    for word in ("rollouts", "succeeded", "scored zero", "infrastructure failures", "masked", "unhealthy", "wall time", "tokens"):
+        assert word in first, word
+    run = figures["run"]
+    assert f"rollouts: {run['rollouts']} " in first and f"{run['successes']} succeeded" in first
+    assert run["successes"] + run["scored_zero"] + run["infra_failures"] == run["rollouts"] == 12  # the parts add up
+    assert "rewarded" not in text.replace("rewarded_total", "")
+    assert "ewarded" not in re.sub(r"<[^>]+>", " ", page)  # the page's words, its markup aside
+    for name in ("succeeded", "scored zero", "infrastructure failures", "unhealthy", "wall time", "tokens"):
+        assert f">{name}<b>" in page, name  # the cards above the fold

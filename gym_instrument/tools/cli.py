@@ -25,7 +25,9 @@ No command writes over one of its inputs, and none replaces an existing file it 
 (``--force`` allows it): each is refused in one line, exit code 2, before anything is read.
 ``report`` and ``compare`` exit with code 4 when a run's infrastructure failures (failed dispatches,
 failure kinds, masked verifies) are over ``--max-infra-failures`` (default 5 %): the first line says
-so, and the summary and the page are written all the same.
+so, and the summary and the page are written all the same. A reader that stops reading
+(``gym-instrument report ... | head``) ends the output, not the exit code: the command exits with the
+code it decided, quietly.
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_MISSING_EXTRA = 3
 EXIT_INFRA_FAILURES = 4
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command its reader left before it decided
 EXTRA = "pip install 'gym-instrument[report]'"
 # What replay imports beyond the base install, as (module, distribution).
 REPLAY_NEEDS = (("opentelemetry.sdk", "opentelemetry-sdk"),)
@@ -71,7 +74,7 @@ def share(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from gym_instrument.tools.report.figures import TRACE_URL_PRESETS
+    from gym_instrument.tools.report.links import TRACE_URL_PRESETS
     from gym_instrument.version import __version__
 
     parser = argparse.ArgumentParser(
@@ -215,6 +218,29 @@ def _html_path(given: str, name: str) -> Path:
     return path
 
 
+def _quiet_stdout() -> None:
+    """The reader of standard output left: what is still written there (Python's flush at exit too) goes nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _emit(chunks: Iterable[str]) -> None:
+    """Write a command's output; a reader that left (``| head``) ends the output, not the command."""
+    try:
+        for chunk in chunks:
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+
+
+def _json(figures: dict[str, Any]) -> Iterable[str]:
+    """Figures as indented JSON, piece by piece (one string of a large run's figures would double the peak memory)."""
+    yield from json.JSONEncoder(indent=1).iterencode(figures)
+    yield "\n"
+
+
 def _infra_code(*figures: dict[str, Any]) -> int:
     """Exit code 4 when a run's infrastructure failures are over ``--max-infra-failures``, else 0."""
     return EXIT_INFRA_FAILURES if any(item["infra_failures"]["over_limit"] for item in figures) else 0
@@ -249,12 +275,12 @@ def report_command(args: argparse.Namespace) -> int:
     if html_target is not None:
         name = ", ".join(Path(path).name or str(path) for path in args.paths[:3]) + (" …" if len(args.paths) > 3 else "")
         html_path = write_html(figures, html_target, title=f"gym-instrument report: {name}")
+    code = _infra_code(figures)  # decided before a word is written: a reader that leaves early cannot change it
     if args.format == "json":
-        json.dump(figures, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        _emit(_json(figures))
     else:
-        print(summary(figures, str(html_path) if html_path else None))
-    return _infra_code(figures)
+        _emit([summary(figures, str(html_path) if html_path else None), "\n"])
+    return code
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -276,12 +302,12 @@ def compare_command(args: argparse.Namespace) -> int:
             )
             comparison[side]["report"] = str(page)
         write_compare_html(comparison, html_path, title=title)
+    code = _infra_code(run_a, run_b)
     if args.format == "json":
-        json.dump(comparison, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        _emit(_json(comparison))
     else:
-        print(summary(comparison, str(html_path) if html_path else None))
-    return _infra_code(run_a, run_b)
+        _emit([summary(comparison, str(html_path) if html_path else None), "\n"])
+    return code
 
 
 def missing_modules(needed: Sequence[tuple[str, str]]) -> list[str]:
@@ -360,10 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `gym-instrument report ... | head`: the reader left, nothing more to say
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:  # a reader left before the command decided (its output is written by _emit)
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except OSError as error:  # unreadable input, a page that cannot be written
         print(f"{name}: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_BAD_INPUT

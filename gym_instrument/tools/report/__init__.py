@@ -17,8 +17,9 @@ From Python::
     write_html(figures, "report.html")
 
 The input is OTLP/JSON lines as OpenTelemetry's file exporter and the Collector's file exporter
-write them (see :mod:`gym_instrument.tools.report.otlp`); the figures are computed in one streaming
-pass in bounded memory (see :mod:`gym_instrument.tools.report.figures`). The base install is
+write them (see :mod:`gym_instrument.tools.report.otlp`); every span is read first into compact
+per-rollout records, which are then joined and each rollout decided once (see
+:mod:`gym_instrument.tools.report.figures` and :mod:`gym_instrument.tools.report.rollouts`). The base install is
 enough for all of it, the HTML page included (its charts are inline SVG); the ``report`` extra
 adds a progress bar for long reads.
 """
@@ -30,7 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gym_instrument.tools.report.figures import INFRA_LIMIT, RunFigures, trace_url_template
+from gym_instrument.tools.report.figures import INFRA_LIMIT, RunFigures
+from gym_instrument.tools.report.links import trace_url_template
 from gym_instrument.tools.report.otlp import ReadStats, read_spans, span_files
 
 __all__ = ["NoSpansError", "build_report", "write_compare_html", "write_html"]

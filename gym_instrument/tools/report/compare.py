@@ -3,9 +3,15 @@
 Each run is read once by the report's own reader and figures (:func:`gym_instrument.tools.report.build_report`):
 OTLP/JSON span files or folders of them, a replayed run included (what ``gym-instrument replay
 RUN_DIR --output FILE`` wrote). Tasks are matched by ``nemo.gym.task.id`` (by ``#<task index>``
-when a run has no task ids). Per task and overall: mean reward, success rate, pass@1 and pass@k,
-unhealthy rate and failed dispatches, for A, for B, and B − A; the tasks whose reward fell come
+when a run has no task ids). Per task and overall: mean reward and success rate (over scored
+rollouts), pass@1 and pass@k, the unhealthy, infrastructure-failure, failed and masked shares (over
+rollouts, as the report counts them), for A, for B, and B − A; the tasks whose reward fell come
 first.
+
+A task's change: ``new`` when it has a score in B and had none in A; ``worse`` when it had one and
+has none; else the first of mean reward, success rate, unhealthy share, infrastructure-failure share
+that moved decides ``worse`` or ``better``; ``same`` only when none moved. The run's change is
+decided the same way.
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ from typing import Any
 from gym_instrument.tools.report.text import kinds_text, milliseconds, number, percent, plural, render_table
 
 EPSILON = 1e-9
-# What "worse" means, in order: a lower mean reward, then a lower success rate, then more unhealthy, then more failed.
-ORDER = (("mean_reward", 1), ("success_rate", 1), ("unhealthy_rate", -1), ("failed_rate", -1))
+# What "worse" means, in order: a lower mean reward, then a lower success rate, then more unhealthy, then more
+# infrastructure failures.
+ORDER = (("mean_reward", 1), ("success_rate", 1), ("unhealthy_rate", -1), ("infra_rate", -1))
+CHANGES = ("worse", "new", "same", "better")
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -38,21 +46,29 @@ def _pass_value(item: Any) -> float | None:
     return float(item["value"]) if isinstance(item, dict) else float(item)
 
 
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
 def task_measures(task: dict[str, Any], health_pass: bool = True) -> dict[str, Any]:
     """One task's measures; without a health pass in its run, no unhealthy share (not 0 %)."""
-    failed = sum(task["errors"].values())
+    rollouts = task["rollouts"]
+    infra = task["infra_failures"]["failures"]
     return {
         "dispatches": task["dispatches"],
-        "rollouts": task["rollouts"],
-        "rewarded": task["rewarded"],
+        "rollouts": rollouts,
+        "scored": task["scored"],
+        "successes": task["successes"],
         "mean_reward": task["mean_reward"],
         "success_rate": task["success_rate"],
         "pass_at_1": task["pass_at_k"].get("1"),
         "unhealthy": task["unhealthy"],
-        "unhealthy_rate": task["unhealthy"] / task["rollouts"] if task["rollouts"] and health_pass else None,
-        "failed": failed,
-        "failed_rate": failed / task["dispatches"] if task["dispatches"] else None,
-        "masked_rate": task["masked"] / task["rollouts"] if task["rollouts"] else None,
+        "unhealthy_rate": _share(task["unhealthy"], rollouts) if health_pass else None,
+        "infra_failures": infra,
+        "infra_rate": _share(infra, rollouts),
+        "failed": task["failed"],
+        "failed_rate": _share(task["failed"], rollouts),
+        "masked_rate": _share(task["masked"], rollouts),
         "p50_ms": task.get("p50_ms"),
         "p95_ms": task.get("p95_ms"),
         "tokens_mean": (task.get("tokens") or {}).get("mean"),
@@ -62,22 +78,25 @@ def task_measures(task: dict[str, Any], health_pass: bool = True) -> dict[str, A
 
 def run_measures(figures: dict[str, Any]) -> dict[str, Any]:
     run, health = figures["run"], figures["health"]
+    rollouts = run["rollouts"]
     return {
         "tasks": run["tasks"],
         "dispatches": run["dispatches"],
-        "rollouts": run["rollouts"],
-        "rewarded": run["rewarded"],
+        "rollouts": rollouts,
+        "scored": run["scored"],
+        "successes": run["successes"],
         "mean_reward": run["mean_reward"],
         "success_rate": run["success_rate"],
         "pass_at_1": _pass_value(run["pass_at_k"].get("1")),
-        "unhealthy": health["unhealthy_total"],
-        "unhealthy_rate": health["unhealthy_total"] / health["spans"] if health["spans"] else None,
-        "rewarded_unhealthy": figures["reward_health"]["rewarded_unhealthy_total"],
-        "failed": run["errors"],
-        "failed_rate": run["errors"] / run["dispatches"] if run["dispatches"] else None,
+        "unhealthy": run["unhealthy"],
+        "unhealthy_rate": _share(run["unhealthy"], rollouts) if health["spans"] else None,
+        "succeeded_unhealthy": figures["reward_health"]["succeeded_unhealthy_total"],
+        "infra_failures": run["infra_failures"],
+        "infra_rate": _share(run["infra_failures"], rollouts),
+        "failed": run["failed"],
+        "failed_rate": _share(run["failed"], rollouts),
         "masked": run["masked"],
-        "masked_rate": run["masked"] / run["rollouts"] if run["rollouts"] else None,
-        "infra_failures": figures["infra_failures"]["failures"] if "infra_failures" in figures else None,
+        "masked_rate": _share(run["masked"], rollouts),
         "p50_ms": figures["time"]["p50_ms"],
         "p95_ms": figures["time"]["p95_ms"],
         "tokens_mean": _tokens(figures, "mean"),
@@ -109,7 +128,13 @@ def _side_by_side(a: dict[str, Any], b: dict[str, Any]) -> dict[str, dict[str, A
 
 
 def _change(measures: dict[str, dict[str, Any]]) -> str:
-    """worse, better or same: the first of ``ORDER`` that moved decides."""
+    """new (a score in B, none in A), worse (a score in A, none in B), else worse, better or same: the first
+    of ``ORDER`` that moved decides."""
+    reward = measures.get("mean_reward", {})
+    if reward.get("a") is None and reward.get("b") is not None:
+        return "new"
+    if reward.get("a") is not None and reward.get("b") is None:
+        return "worse"
     for name, sign in ORDER:
         diff = measures.get(name, {}).get("diff")
         if diff is not None and abs(diff) > EPSILON:
@@ -118,7 +143,7 @@ def _change(measures: dict[str, dict[str, Any]]) -> str:
 
 
 def _sort_key(task: dict[str, Any]) -> tuple[Any, ...]:
-    rank = {"worse": 0, "same": 1, "better": 2}[task["change"]]
+    rank = CHANGES.index(task["change"])
     diffs = []
     for name, sign in ORDER:
         diff = task["measures"].get(name, {}).get("diff")
@@ -159,7 +184,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
     tasks.sort(key=_sort_key)
     only_a = [task["task"] for key, task in tasks_a.items() if key not in tasks_b]
     only_b = [task["task"] for key, task in tasks_b.items() if key not in tasks_a]
-    changes = {name: sum(task["change"] == name for task in tasks) for name in ("worse", "same", "better")}
+    changes = {name: sum(task["change"] == name for task in tasks) for name in CHANGES}
     return {
         "a": _side(a, a_name),
         "b": _side(b, b_name),
@@ -178,18 +203,19 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
 
 OVERALL_ROWS = [
     ("tasks", "tasks", "count"),
-    ("dispatches", "dispatches", "count"),
-    ("failed dispatches", "failed", "count"),
-    ("failed share", "failed_rate", "percent"),
-    ("rewarded rollouts", "rewarded", "count"),
-    ("mean reward (over rollouts)", "mean_reward", "number"),
-    ("success (over rollouts)", "success_rate", "percent"),
+    ("rollouts", "rollouts", "count"),
+    ("scored rollouts", "scored", "count"),
+    ("succeeded rollouts", "successes", "count"),
+    ("mean reward (over scored)", "mean_reward", "number"),
+    ("success (of scored)", "success_rate", "percent"),
     ("pass@1 (over tasks)", "pass_at_1", "number"),
     ("unhealthy rollouts", "unhealthy", "count"),
     ("unhealthy share", "unhealthy_rate", "percent"),
-    ("rewarded but unhealthy", "rewarded_unhealthy", "count"),
+    ("succeeded but unhealthy", "succeeded_unhealthy", "count"),
     ("infrastructure failures", "infra_failures", "count"),
-    ("masked share (over rollouts)", "masked_rate", "percent"),
+    ("infrastructure failure share", "infra_rate", "percent"),
+    ("failed dispatch share", "failed_rate", "percent"),
+    ("masked share", "masked_rate", "percent"),
     ("dispatch time p50", "p50_ms", "ms"),
     ("dispatch time p95", "p95_ms", "ms"),
     ("tokens per rollout, mean", "tokens_mean", "tokens"),
@@ -234,7 +260,7 @@ def overall_rows(comparison: dict[str, Any]) -> list[tuple[str, str, str]]:
     ]
     for name in comparison["overall"]:
         if name.startswith("pass_at_") and name != "pass_at_1":
-            rows.insert(8, (f"pass@{name.removeprefix('pass_at_')} (over tasks)", name, "number"))
+            rows.insert(7, (f"pass@{name.removeprefix('pass_at_')} (over tasks)", name, "number"))
     return rows
 
 
@@ -267,7 +293,7 @@ TASK_HEADER = [
     "success",
     "pass@k",
     "unhealthy",
-    "failed",
+    "infra failures",
     "masked",
     "p95 time",
     "tokens",
@@ -312,8 +338,9 @@ def summary(comparison: dict[str, Any], html_path: str | None = None, task_rows:
     out += [
         "",
         f"B against A: {comparison['overall_change']} overall; per task: {changes['worse']} worse, {changes['same']} the same,"
-        f" {changes['better']} better (of {comparison['tasks_compared']} tasks in both; worse = lower mean reward, then lower"
-        " success, then more unhealthy, then more failed)",
+        f" {changes['better']} better, {changes['new']} new (of {comparison['tasks_compared']} tasks in both; worse = lower"
+        " mean reward, then lower success, then more unhealthy, then more infrastructure failures; new = a score in B,"
+        " none in A)",
     ]
     if comparison["only_in_a"] or comparison["only_in_b"]:
         out.append(f"tasks only in A: {len(comparison['only_in_a'])}; only in B: {len(comparison['only_in_b'])}")
@@ -332,7 +359,7 @@ def summary(comparison: dict[str, Any], html_path: str | None = None, task_rows:
                     f"{percent(m['success_rate']['a'])} -> {percent(m['success_rate']['b'])}",
                     f"{number(k.get('a'))} -> {number(k.get('b'))} (k={k['k']})" if k else "-",
                     f"{percent(m['unhealthy_rate']['a'])} -> {percent(m['unhealthy_rate']['b'])}",
-                    f"{m['failed']['a']} -> {m['failed']['b']}",
+                    f"{percent(m['infra_rate']['a'])} -> {percent(m['infra_rate']['b'])}",
                     f"{percent(m['masked_rate']['a'])} -> {percent(m['masked_rate']['b'])}",
                     f"{milliseconds(m['p95_ms']['a'])} -> {milliseconds(m['p95_ms']['b'])}",
                     tokens_change(m),

@@ -20,6 +20,7 @@ PICTURE_TASKS = 40  # tasks drawn in the reward-per-task chart
 TABLE_TASKS = 5000  # rows of the per-task table (the JSON has them all)
 VERDICT_COLOURS = {"healthy": "#59a14f", "unhealthy": "#e15759", "unobserved": "#9c9c9c"}
 SUCCESS, BELOW, MASKED, UNSCORED, UNVERIFIED, FAILED = "#59a14f", "#f28e2b", "#b07aa1", "#9c755f", "#bab0ac", "#e15759"
+KIND = "#ff9d9a"
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; margin: 0; }
@@ -160,13 +161,14 @@ def _trace(rollout: dict[str, Any]) -> str:
     return f'<code title="{html.escape(trace_id)}">{short}</code>'
 
 
-def _reward(value: Any) -> tuple[str, Any]:
-    """A reward cell's text and sort key: a number, masked, unscored, or none."""
+def _reward(rollout: dict[str, Any]) -> tuple[str, Any]:
+    """A reward cell's text and sort key: a number, else the rollout's outcome (masked, failure: KIND, …)."""
+    from gym_instrument.tools.report.text import reward_text
+
+    value = rollout.get("reward")
     if isinstance(value, (int, float)):
         return f"{value:g}", value
-    if value is None:
-        return "-", ""
-    return html.escape(str(value)), ""
+    return html.escape(reward_text(rollout)), ""
 
 
 def _card(label: str, value: Any, note: str = "", title: str = "") -> str:
@@ -179,13 +181,14 @@ def _figure(caption: str, svg: str) -> str:
 
 
 def reward_chart(figures: dict[str, Any]) -> str:
-    """Every rollout once: by reward value (or bins of it), then masked, unscored, not verified, failed."""
+    """Every rollout once: by reward value (or bins of it), then masked, failure kind, unscored, not verified, failed."""
     rewards = figures["rewards"]
     success = figures["run"]["success_threshold"]
     extra = [
         Bar(name, rewards[key], colour, f"{plural(rewards[key], 'rollout')} {name}")
         for name, key, colour in (
             ("masked", "masked", MASKED),
+            ("failure kind", "failure_kind", KIND),
             ("unscored", "unscored", UNSCORED),
             ("no verify", "unverified", UNVERIFIED),
             ("failed", "failed", FAILED),
@@ -211,11 +214,8 @@ def reward_chart(figures: dict[str, Any]) -> str:
 def task_chart(tasks: Sequence[dict[str, Any]], threshold: float) -> str:
     rows = []
     for task in tasks[:PICTURE_TASKS]:
-        successes, below = task["successes"], task["rewarded"] - task["successes"]
-        # Rollouts, as the Tasks table counts them, and those that failed for good: a failed attempt that a
-        # retry replaced is not a rollout of its own.
-        infra = task.get("infra_failures")
-        failed = infra["rollouts"] - task["rollouts"] if infra else sum(task["errors"].values())
+        # Every rollout once, as the Tasks table counts them (a failed attempt that a retry replaced is not one).
+        successes, below = task["successes"], task["scored"] - task["successes"]
         rows.append(
             (
                 task["task"],
@@ -223,9 +223,10 @@ def task_chart(tasks: Sequence[dict[str, Any]], threshold: float) -> str:
                     Segment(f"success (≥ {threshold:g})", successes, SUCCESS),
                     Segment("below", below, BELOW),
                     Segment("masked", task["masked"], MASKED),
+                    Segment("failure kind", task["failure_kinds"], KIND),
                     Segment("unscored", task["unscored"], UNSCORED),
                     Segment("no verify", task["unverified"], UNVERIFIED),
-                    Segment("failed", failed, FAILED),
+                    Segment("failed", task["failed"], FAILED),
                 ],
             )
         )
@@ -267,26 +268,36 @@ def _cards(figures: dict[str, Any]) -> str:
     pass_at = run["pass_at_k"]
     one = pass_at.get("1")
     largest = next(reversed(pass_at), None)
+    tokens = figures.get("tokens") or {}
     cards = [
-        _card("tasks", run["tasks"]),
         _card(
-            "dispatches",
-            run["dispatches"],
-            f"{run['errors']} failed, {plural(figures['retries']['retried_dispatches'], 'retry', 'retries')}",
+            "rollouts",
+            run["rollouts"],
+            f"{plural(run['tasks'], 'task')}; {plural(run['dispatches'], 'dispatch', 'dispatches')},"
+            f" {plural(figures['retries']['retried_dispatches'], 'retry', 'retries')}",
         ),
+        _card("succeeded", run["successes"], f"reward ≥ {run['success_threshold']:g}"),
+        _card("scored zero", run["scored_zero"], "a reward of 0, no failure"),
+        _card(
+            "infrastructure failures",
+            run["infra_failures"],
+            f"{run['masked']} masked, {plural(run['failure_kinds'], 'failure kind')},"
+            f" {plural(run['failed'], 'failed dispatch', 'failed dispatches')}",
+        ),
+        _card("unhealthy", run["unhealthy"] if figures["health"]["spans"] else "-", f"of {run['judged']} with a verdict"),
         _card("wall time", milliseconds(figures["source"].get("wall_ms")), span_text(figures["source"])),
-        _card("rewarded rollouts", run["rewarded"], f"{run['masked']} masked, {run['unscored']} unscored"),
+        _card(
+            "tokens",
+            f"{tokens['input_tokens'] + tokens['output_tokens']:,}" if tokens.get("rollouts") else "-",
+            f"over {plural(tokens['rollouts'], 'rollout')}" if tokens.get("rollouts") else "none on these spans",
+        ),
         _card(
             "mean reward",
             number(run["mean_reward"]),
-            f"over {run['rewarded']} rollouts; std {number(run['reward_std'])}",
-            "the mean of every numeric, unmasked reward: each rollout weighs the same",
+            f"over {plural(run['scored'], 'scored rollout')}; std {number(run['reward_std'])}",
+            "the mean of every scored rollout's reward (numeric, no failure, not masked): each weighs the same",
         ),
-        _card(
-            "success",
-            percent(run["success_rate"]),
-            f"of {run['rewarded']} rollouts with reward ≥ {run['success_threshold']:g}",
-        ),
+        _card("success", percent(run["success_rate"]), f"of {plural(run['scored'], 'scored rollout')}"),
     ]
     if one:
         cards.append(
@@ -299,16 +310,16 @@ def _cards(figures: dict[str, Any]) -> str:
         )
     if largest and largest != "1":
         item = pass_at[largest]
-        cards.append(_card(f"pass@{largest}", number(item["value"]), f"over {item['tasks']} tasks with ≥ {largest} rewarded"))
-    health = figures["health"]
-    if health["spans"]:
-        cards.append(_card("unhealthy", health["unhealthy_total"], f"of {health['spans']} rollouts with a verdict"))
+        cards.append(_card(f"pass@{largest}", number(item["value"]), f"over {item['tasks']} tasks with ≥ {largest} scored"))
+    if figures["health"]["spans"]:
         cards.append(
             _card(
-                "rewarded but unhealthy", figures["reward_health"]["rewarded_unhealthy_total"], "successes the health pass flags"
+                "succeeded but unhealthy",
+                figures["reward_health"]["succeeded_unhealthy_total"],
+                "successes the health pass flags",
             )
         )
-    cards.append(_card("all-equal groups", run["zero_variance_groups"], f"of {run['groups']} tasks with ≥ 2 rewards"))
+    cards.append(_card("all-equal groups", run["zero_variance_groups"], f"of {run['groups']} tasks with ≥ 2 scored"))
     cards.append(_card("dispatch p50 / p95", milliseconds(time["p50_ms"]), f"p95 {milliseconds(time['p95_ms'])}"))
     return "<div class='cards'>" + "".join(cards) + "</div>"
 
@@ -318,18 +329,18 @@ def _task_rows(tasks: Sequence[dict[str, Any]]) -> list[str]:
     for task in tasks[:TABLE_TASKS]:
         pass_at = task["pass_at_k"]
         largest = next(reversed(pass_at), None)
-        failed = sum(task["errors"].values())
-        errors = ", ".join(f"{name} {count}" for name, count in task["errors"].items())
+        failures = task["infra_failures"]["failures"]
+        kinds = ", ".join(f"{name} {count}" for name, count in task["infra_failures"]["kinds"].items())
         example = task.get("example_trace_url")
         raw = task["task_id"] if task["task_id"] and task["task_id"] != task["task"] else None
         cells = [
             _td(_name(task["task"]), text=True, title=raw, css="name"),
             _td(_name(task["agent"]), text=True, css="name"),
             _td(task["rollouts"]),
-            _td(failed or "", sort=failed, title=errors or None),
-            _td(task["rewarded"]),
+            _td(failures or "", sort=failures, title=kinds or None),
+            _td(task["scored"]),
+            _td(task["successes"]),
             _td(task["masked"] or "", sort=task["masked"]),
-            _td(task["unscored"] or "", sort=task["unscored"]),
             _td(number(task["mean_reward"]), sort=task["mean_reward"] if task["mean_reward"] is not None else ""),
             _td(number(task["reward_std"]), sort=task["reward_std"] if task["reward_std"] is not None else ""),
             _td(percent(task["success_rate"]), sort=task["success_rate"] if task["success_rate"] is not None else ""),
@@ -358,10 +369,10 @@ TASK_HEADER = [
     ("task", True),
     ("agent", True),
     ("rollouts", False),
-    ("failed", False),
-    ("rewarded", False),
+    ("failures", False),
+    ("scored", False),
+    ("succeeded", False),
     ("masked", False),
-    ("unscored", False),
     ("mean reward", False),
     ("std", False),
     ("success", False),
@@ -377,7 +388,7 @@ TASK_HEADER = [
 def _rollout_rows(rollouts: Sequence[dict[str, Any]]) -> list[str]:
     rows = []
     for item in rollouts:
-        reward_text, reward_sort = _reward(item["reward"])
+        reward_text, reward_sort = _reward(item)
         rollout_id = _e(item["rollout_id"])
         if item.get("retry_of"):
             rollout_id += f"<small>retry of {_e(item['retry_of'])}</small>"
@@ -406,10 +417,10 @@ def _rollout_rows(rollouts: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _listed_rows(items: Sequence[dict[str, Any]]) -> list[str]:
-    """Rollouts of a list (unhealthy, rewarded but unhealthy): task, rollout id, reward, checks, trace."""
+    """Rollouts of a list (unhealthy, succeeded but unhealthy): task, rollout id, reward, checks, trace."""
     rows = []
     for item in items:
-        reward_text, reward_sort = _reward(item.get("reward"))
+        reward_text, reward_sort = _reward(item)
         cells = [
             _td(_e(item["task"]), text=True),
             _td(_e(item["rollout_id"]), text=True),
@@ -440,7 +451,7 @@ def _crossed(reward_health: dict[str, Any], verdicts: Sequence[str]) -> str:
             cells.append(_td(value or "", sort=value, css=css))
         cells.append(_td(sum(row.values())))
         rows.append(f"<tr>{''.join(cells)}</tr>")
-    header = [("reward \\ verdict", True), *((column, False) for column in columns), ("rollouts", False)]
+    header = [("outcome \\ verdict", True), *((column, False) for column in columns), ("rollouts", False)]
     return _table(header, rows, table_id="reward-health", sortable=False, css="crossed")
 
 
@@ -450,9 +461,9 @@ def _group_table(groups: Sequence[dict[str, Any]], name: str) -> str:
         cells = [
             _td(_e(group["name"]), text=True),
             _td(group["tasks"]),
-            _td(group["dispatches"]),
-            _td(group["failed"] or ""),
-            _td(group["rewarded"]),
+            _td(group["rollouts"]),
+            _td(group["infra_failures"] or ""),
+            _td(group["scored"]),
             _td(number(group["mean_reward"])),
             _td(percent(group["success_rate"])),
             _td(number(group["pass_at_1"])),
@@ -463,9 +474,9 @@ def _group_table(groups: Sequence[dict[str, Any]], name: str) -> str:
     header = [
         (name, True),
         ("tasks", False),
-        ("dispatches", False),
-        ("failed", False),
-        ("rewarded", False),
+        ("rollouts", False),
+        ("infra failures", False),
+        ("scored", False),
         ("mean reward", False),
         ("success", False),
         ("pass@1", False),
@@ -491,7 +502,7 @@ def _retries(retries: dict[str, Any]) -> str:
             if attempt["error_type"]:
                 outcome = f"failed ({_e(attempt['error_type'].rsplit('.', 1)[-1])})"
             else:
-                reward_text, _ = _reward(attempt.get("reward"))
+                reward_text, _ = _reward(attempt)
                 outcome = f"reward {reward_text}, {_e(attempt.get('verdict') or 'no verdict')}"
             steps.append(f"{_trace(attempt)} <b>{_e(attempt['rollout_id'])}</b> {outcome}")
         cells = [
@@ -517,19 +528,20 @@ def infra_section(infra: dict[str, Any] | None, tasks: Sequence[dict[str, Any]])
         f"<section id='infra-failures' class='{css}'><h2>Infrastructure failures: {infra['failures']} of"
         f" {plural(infra['rollouts'], 'rollout')}</h2><p>{_e(line)}</p>",
         "<p class='note'>A rollout failed for the infrastructure, not for its answer, when its dispatch failed"
-        " (<code>error.type</code>), its verify names a failure kind (<code>nemo.gym.failure_kind</code>) or was masked."
-        " A trainer that reads such a rollout as reward 0 learns from a broken environment. Honest zeros: a numeric"
-        " reward of 0 with none of these. A failed attempt that a retry replaced is not counted.</p>",
+        " (<code>error.type</code>), or the verify that decides its reward (by its reward rule) names a failure kind"
+        " (<code>nemo.gym.failure_kind</code>) or is masked. A trainer that reads such a rollout as reward 0 learns from a"
+        " broken environment. Scored zero: a numeric reward of 0 with none of these. A rollout is either an"
+        " infrastructure failure or scored, never both. A failed attempt that a retry replaced is not a rollout.</p>",
     ]
     failing = [task for task in tasks if (task.get("infra_failures") or {}).get("failures")]
     if failing:
         rows = [
             f"<tr>{_td(_e(task['task']), text=True)}{_td(task['infra_failures']['failures'])}"
             f"{_td(task['infra_failures']['rollouts'])}{_td(_e(kinds_text(task['infra_failures']['kinds'])), text=True)}"
-            f"{_td(task['infra_failures']['honest_zeros'])}</tr>"
+            f"{_td(task['infra_failures']['scored_zero'])}</tr>"
             for task in failing
         ]
-        header = [("task", True), ("failures", False), ("rollouts", False), ("kinds", True), ("honest zeros", False)]
+        header = [("task", True), ("failures", False), ("rollouts", False), ("kinds", True), ("scored zero", False)]
         parts.append(_table(header, rows, table_id="infra-table"))
     return "".join(parts) + "</section>"
 
@@ -600,17 +612,19 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
         "<a href='#groups'>Agents</a><a href='#rollouts'>All rollouts</a><a href='#health'>Health</a>"
         "<a href='#time'>Time</a></nav>",
         _cards(figures),
-        "<p class='note'><b>Mean reward</b> and <b>success</b> are over rollouts: every numeric, unmasked reward counts"
+        "<p class='note'>A rollout is a dispatch (a failed attempt that a retry replaced is not one); each is counted"
+        " once, by what the verify that decides its reward says (its reward rule: last, sum, max or first). <b>Mean"
+        " reward</b> and <b>success</b> are over scored rollouts (a numeric reward, no failure, not masked): each counts"
         f" once, so a task with more repeats weighs more. <b>pass@k</b> is over tasks: per task, the unbiased chance that"
         f" at least one of k of its rollouts succeeds (reward ≥ {threshold:g}), then the mean over tasks with at least k"
-        " rewarded rollouts, each task weighing the same. pass@1 is the mean of the tasks' success rates; it differs from"
-        " the success rate when tasks have different numbers of rewarded rollouts.</p>",
+        " scored rollouts, each task weighing the same. pass@1 is the mean of the tasks' success rates; it differs from"
+        " the success rate when tasks have different numbers of scored rollouts.</p>",
     ]
 
     parts.append("<h2 id='rewards'>Rewards</h2><div class='charts'>")
     parts.append(
         _figure(
-            f"Reward of every rollout ({run['dispatches']} dispatches)"
+            f"Reward of every rollout ({plural(run['rollouts'], 'rollout')})"
             + (": a histogram, rewards are not binary" if figures["rewards"]["bins"] else ""),
             reward_chart(figures),
         )
@@ -629,20 +643,20 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     parts.append("<h2 id='reward-health-section'>Reward × health</h2>")
     if health["spans"]:
         parts.append(
-            f"<p class='note'>Rollouts by reward (success: reward ≥ {threshold:g}) and health verdict. A success the health"
+            f"<p class='note'>Rollouts by outcome (success: reward ≥ {threshold:g}) and health verdict. A success the health"
             " pass calls unhealthy is a sign of reward hacking or of a broken judge: the reward was given to a rollout whose"
             " model calls or turns went wrong.</p>"
         )
         parts.append(_crossed(reward_health, list(health["verdicts"])))
-        flagged = reward_health["rewarded_unhealthy"]
+        flagged = reward_health["succeeded_unhealthy"]
         parts.append(
-            "<h3 id='rewarded-unhealthy'>Rewarded but unhealthy:"
-            f" {plural(reward_health['rewarded_unhealthy_total'], 'rollout')}</h3>"
+            "<h3 id='succeeded-unhealthy'>Succeeded but unhealthy:"
+            f" {plural(reward_health['succeeded_unhealthy_total'], 'rollout')}</h3>"
         )
         if flagged:
-            if len(flagged) < reward_health["rewarded_unhealthy_total"]:
+            if len(flagged) < reward_health["succeeded_unhealthy_total"]:
                 parts.append(f"<p class='muted'>The first {len(flagged)} listed.</p>")
-            parts.append(_table(LISTED_HEADER, _listed_rows(flagged), table_id="rewarded-unhealthy-table"))
+            parts.append(_table(LISTED_HEADER, _listed_rows(flagged), table_id="succeeded-unhealthy-table"))
         else:
             parts.append("<p class='muted'>None: no successful rollout has an unhealthy verdict.</p>")
     else:
@@ -650,9 +664,10 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
 
     parts.append("<h2 id='tasks'>Tasks</h2>")
     parts.append(
-        "<p class='note'>One row per task, over its rollouts (dispatches that did not fail). pass@k at k = the task's own"
-        " number of rewarded rollouts. A highlighted row is a group whose rewards are all equal: its advantages"
-        " are all zero, so it teaches a GRPO-style update nothing. Click a column to sort.</p>"
+        "<p class='note'>One row per task, over its rollouts (as everywhere: a failed attempt that a retry replaced is"
+        " not one); failures: its infrastructure failures (hover for their kinds), masked among them. pass@k at k ="
+        " the task's own number of scored rollouts. A highlighted row is a group whose rewards"
+        " are all equal: its advantages are all zero, so it teaches a GRPO-style update nothing. Click a column to sort.</p>"
     )
     parts.append(_table(TASK_HEADER, _task_rows(tasks), table_id="tasks-table", full=True))
     if len(tasks) > TABLE_TASKS:
@@ -821,10 +836,15 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
     changes = comparison["changes"]
     parts.append(
         "<div class='cards'>"
-        + _card("B against A", comparison["overall_change"], "worse = lower mean reward, then success, unhealthy, failed")
+        + _card(
+            "B against A",
+            comparison["overall_change"],
+            "worse = lower mean reward, then success, unhealthy, infrastructure failures; new = a score in B, none in A",
+        )
         + _card("tasks worse", changes["worse"], f"of {comparison['tasks_compared']} in both runs")
         + _card("tasks the same", changes["same"])
         + _card("tasks better", changes["better"])
+        + _card("tasks new", changes["new"], "a score in B, none in A")
         + _card("only in A / only in B", f"{len(comparison['only_in_a'])} / {len(comparison['only_in_b'])}", "tasks")
         + "</div>"
     )
@@ -839,17 +859,18 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
         )
     parts.append("<h2 id='overall'>Overall</h2>")
     parts.append(
-        "<p class='note'>Mean reward and success are over rollouts; pass@k over tasks (each task weighs the same);"
-        " the unhealthy share is over rollouts with a verdict, the failed share over dispatches.</p>"
+        "<p class='note'>Mean reward and success are over scored rollouts; pass@k over tasks (each task weighs the same);"
+        " the unhealthy, infrastructure-failure, failed-dispatch and masked shares over rollouts.</p>"
     )
     parts.append(
         _table([("", True), ("A", False), ("B", False), ("B − A", False)], rows, table_id="overall-table", sortable=False)
     )
     parts.append("<h2 id='tasks'>Tasks, worse first</h2>")
     parts.append(
-        "<p class='note'>Tasks in both runs, matched by task id. A task is worse when its mean reward fell (when it did"
-        " not move: its success rate fell, else its unhealthy share or failed share rose). pass@k at the largest k both"
-        " runs have for the task. Click a column to sort.</p>"
+        "<p class='note'>Tasks in both runs, matched by task id. A task is new when it has a score in B and had none in A,"
+        " worse when it had one and has none, else worse when its mean reward fell (when it did not move: its success rate"
+        " fell, else its unhealthy or infrastructure-failure share rose); the same only when none of these moved. pass@k"
+        " at the largest k both runs have for the task. Click a column to sort.</p>"
     )
     rows = []
     tokens = any(
@@ -885,8 +906,8 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
             _td(diff_text(k["diff"], "number") if k else "-", sort=k["diff"] if k else ""),
             _td(pair("unhealthy_rate", "percent")),
             diff("unhealthy_rate", "percent"),
-            _td(pair("failed", "count")),
-            diff("failed", "count"),
+            _td(pair("infra_rate", "percent")),
+            diff("infra_rate", "percent"),
             _td(pair("masked_rate", "percent"), sort=m["masked_rate"]["diff"] if m["masked_rate"]["diff"] is not None else ""),
             _td(times(m), sort=m["p95_ms"]["diff"] if m["p95_ms"]["diff"] is not None else ""),
             *([change("tokens_mean", "tokens")] if tokens else []),
@@ -904,7 +925,7 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
         ("Δ", False),
         ("unhealthy A → B", False),
         ("Δ", False),
-        ("failed A → B", False),
+        ("infra failures A → B", False),
         ("Δ", False),
         ("masked A → B", False),
         ("time p50 · p95, ms A → B", False),

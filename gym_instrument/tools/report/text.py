@@ -53,8 +53,9 @@ def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
             [
                 task["task"],
                 task["rollouts"],
-                sum(task["errors"].values()),
-                task["rewarded"],
+                task["infra_failures"]["failures"],
+                task["scored"],
+                task["successes"],
                 number(task["mean_reward"]),
                 number(task["reward_std"]),
                 percent(task["success_rate"]),
@@ -70,8 +71,9 @@ def task_rows(tasks: Sequence[dict[str, Any]]) -> list[list[Any]]:
 TASK_HEADER = [
     "task",
     "rollouts",
-    "errors",
-    "rewarded",
+    "infra failures",
+    "scored",
+    "succeeded",
     "mean",
     "std",
     "success",
@@ -112,15 +114,57 @@ def infra_line(infra: dict[str, Any] | None) -> str | None:
     if not infra["failures"]:
         return (
             f"infrastructure failures: none of {plural(infra['rollouts'], 'rollout')} (limit {limit});"
-            f" honest zeros: {infra['honest_zeros']}"
+            f" scored zero (reward 0, no failure): {infra['scored_zero']}"
         )
     head = "OVER THE LIMIT: " if infra["over_limit"] else ""
     where = "over" if infra["over_limit"] else "within"
     return (
         f"{head}infrastructure failures: {infra['failures']} of {plural(infra['rollouts'], 'rollout')}"
         f" ({infra['share']:.0%}, {where} {limit}): {kinds_text(infra['kinds'])};"
-        f" honest zeros (reward 0, no failure): {infra['honest_zeros']}"
+        f" scored zero (reward 0, no failure): {infra['scored_zero']}"
     )
+
+
+def rollouts_line(figures: dict[str, Any]) -> str:
+    """Every rollout once, by outcome (the parts add up to the rollouts), and how many are unhealthy."""
+    run, health = figures["run"], figures["health"]
+    threshold = f"{run['success_threshold']:g}"
+    parts = [f"{run['successes']} succeeded (reward >= {threshold})", f"{run['scored_zero']} scored zero"]
+    below = run["scored_below"] - run["scored_zero"]
+    if below:
+        parts.append(f"{below} scored below {threshold} (not zero)")
+    parts.append(f"{plural(run['infra_failures'], 'infrastructure failure')} ({run['masked']} masked)")
+    if run["unscored"]:
+        parts.append(f"{run['unscored']} unscored (no numeric reward)")
+    if run["unverified"]:
+        parts.append(f"{run['unverified']} not verified")
+    extra = ""
+    if run["dispatches"] != run["rollouts"]:
+        replaced = run["replaced_attempts"]
+        extra = f"; {plural(run['dispatches'], 'dispatch', 'dispatches')}" + (
+            f", {replaced} a failed attempt that a retry replaced" if replaced else ""
+        )
+    unhealthy = (
+        f"{run['unhealthy']} unhealthy (of {run['judged']} with a verdict)" if health["spans"] else "unhealthy: no verdicts read"
+    )
+    return f"rollouts: {run['rollouts']} ({plural(run['tasks'], 'task')}{extra}) = {' + '.join(parts)}; {unhealthy}"
+
+
+def wall_and_tokens_line(figures: dict[str, Any]) -> str:
+    source, tokens = figures["source"], figures.get("tokens")
+    if source.get("wall_ms") is not None:
+        wall = f"wall time: {milliseconds(source['wall_ms'])} ({span_text(source)})"
+    else:
+        wall = "wall time: - (no dispatch with a start and an end)"
+    if tokens and tokens["rollouts"]:
+        total = tokens["input_tokens"] + tokens["output_tokens"]
+        used = (
+            f"tokens: {total:,} over {plural(tokens['rollouts'], 'rollout')}"
+            f" (mean {count_text(tokens['per_rollout']['mean'])} per rollout)"
+        )
+    else:
+        used = "tokens: none on these spans"
+    return f"{wall}; {used}"
 
 
 def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
@@ -130,28 +174,28 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
     first = infra_line(figures.get("infra_failures"))
     if first:
         out.append(first)
+    out.append(rollouts_line(figures))
+    out.append(wall_and_tokens_line(figures))
+    out.append(
+        f"reward: mean {number(run['mean_reward'])} over {plural(run['scored'], 'scored rollout')},"
+        f" std {number(run['reward_std'])}; success {percent(run['success_rate'])} of scored;  {pass_text(run['pass_at_k'])}"
+    )
+    out.append("  (scored: a numeric reward and no failure; pass@k over tasks, each task weighing the same)")
     replayed = f", {source['replayed_spans']} replayed" if source["replayed_spans"] else ""
     out.append(
         f"spans: {source['spans']} of the package{replayed} from {len(source['files'])} file(s)"
         + (f"; services: {', '.join(source['services'])}" if source["services"] else "")
     )
-    if source.get("wall_ms") is not None:
-        out.append(f"time: {span_text(source)}, wall {milliseconds(source['wall_ms'])}")
     if source.get("unreadable_lines"):
         out.append(
             f"{source['unreadable_lines']} lines could not be read (not OTLP/JSON: a program's own output in the"
             " span file? the gym_json_file exporter writes to a file of its own)"
         )
-    out.append(
-        f"run: {plural(run['tasks'], 'task')}, {plural(run['dispatches'], 'dispatch', 'dispatches')} ({run['errors']} failed),"
-        f" {run['rewarded']} rewarded,"
-        f" {run['masked']} masked, {run['unscored']} without a numeric reward"
-    )
-    out.append(
-        f"reward: mean {number(run['mean_reward'])}, std {number(run['reward_std'])};"
-        f" success (reward >= {run['success_threshold']:g}) {percent(run['success_rate'])};  {pass_text(run['pass_at_k'])}"
-    )
-    out.append("  (mean reward and success are over rollouts; pass@k over tasks, each task weighing the same)")
+    if source.get("spans_not_kept") or source.get("verifies_not_kept"):
+        out.append(
+            f"not joined (the report's memory bound): {source.get('spans_not_kept', 0)} spans of rollouts beyond the first"
+            f" millions, {source.get('verifies_not_kept', 0)} verifies"
+        )
     if run["groups"]:
         flat = ", ".join(f"{item['task']} (all {item['reward']:g})" for item in run["zero_variance_tasks"][:8])
         more = len(run["zero_variance_tasks"]) - 8
@@ -160,22 +204,29 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
             + (f": {flat}" if flat else "")
             + (f" and {more} more" if more > 0 else "")
         )
-    if run["verifies_without_dispatch"]:
-        out.append(f"verify spans whose dispatch was not found: {run['verifies_without_dispatch']}")
+    if run["rollouts_without_dispatch"]:
+        out.append(
+            f"rollouts verified whose dispatch was not read: {run['rollouts_without_dispatch']}"
+            f" ({run['rollouts_without_dispatch_scored']} scored); in no figure above"
+        )
+    if health.get("without_rollout"):
+        out.append(
+            f"verdicts of no rollout above (dispatch not read, or an attempt a retry replaced): {health['without_rollout']}"
+        )
     tasks = figures["tasks"]
     failing = [task for task in tasks if (task.get("infra_failures") or {}).get("failures")]
     if failing:
         out += ["", "infrastructure failures per task (not rewards of 0):"]
         out.append(
             render_table(
-                ["task", "failures", "of rollouts", "kinds", "honest zeros"],
+                ["task", "failures", "of rollouts", "kinds", "scored zero"],
                 [
                     [
                         task["task"],
                         task["infra_failures"]["failures"],
                         task["infra_failures"]["rollouts"],
                         kinds_text(task["infra_failures"]["kinds"]),
-                        task["infra_failures"]["honest_zeros"],
+                        task["infra_failures"]["scored_zero"],
                     ]
                     for task in failing[:TASK_ROWS]
                 ],
@@ -201,7 +252,7 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
                         [
                             item["task"] or "-",
                             item["rollout_id"] or "-",
-                            reward_text(item.get("reward")),
+                            reward_text(item),
                             ", ".join(item["checks"]) or "-",
                             link(item),
                         ]
@@ -213,12 +264,12 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
                 out.append(f"... {health['unhealthy_total'] - ROLLOUT_ROWS} more")
     crossed = figures.get("reward_health")
     if crossed and health["spans"]:
-        flagged = crossed["rewarded_unhealthy"]
+        flagged = crossed["succeeded_unhealthy"]
         out.append(
-            f"rewarded but unhealthy (a success the health pass flags: reward hacking or a broken judge?):"
-            f" {crossed['rewarded_unhealthy_total']}"
+            f"succeeded but unhealthy (a success the health pass flags: reward hacking or a broken judge?):"
+            f" {crossed['succeeded_unhealthy_total']}"
             + (": " + ", ".join(f"{item['rollout_id']} ({item['task']})" for item in flagged[:ROLLOUT_ROWS]) if flagged else "")
-            + (" ..." if crossed["rewarded_unhealthy_total"] > ROLLOUT_ROWS else "")
+            + (" ..." if crossed["succeeded_unhealthy_total"] > ROLLOUT_ROWS else "")
         )
     retries = figures.get("retries")
     if retries and (retries["retried_dispatches"] or retries["chains"]):
@@ -234,13 +285,14 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
         out += ["", "per agent:"]
         out.append(
             render_table(
-                ["agent", "tasks", "dispatches", "failed", "mean reward", "success", "unhealthy"],
+                ["agent", "tasks", "rollouts", "infra failures", "scored", "mean reward", "success", "unhealthy"],
                 [
                     [
                         group["name"],
                         group["tasks"],
-                        group["dispatches"],
-                        group["failed"],
+                        group["rollouts"],
+                        group["infra_failures"],
+                        group["scored"],
                         number(group["mean_reward"]),
                         percent(group["success_rate"]),
                         percent(group["unhealthy_rate"]) if health["spans"] else "-",
@@ -333,11 +385,19 @@ def count_text(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def reward_text(value: Any) -> str:
-    """A rollout's reward: a number, ``masked``, ``unscored``, or ``-`` (no verify read)."""
-    if isinstance(value, (int, float)):
-        return f"{value:g}"
-    return "-" if value is None else str(value)
+OUTCOME_TEXT = {"no verify": "-", "failed dispatch": "failed"}
+
+
+def reward_text(rollout: dict[str, Any]) -> str:
+    """A listed rollout's reward: a number, else its outcome (``masked``, ``failure: KIND``, ``unscored``,
+    ``failed``, ``-`` when no verify was read)."""
+    reward = rollout.get("reward")
+    if isinstance(reward, (int, float)):
+        return f"{reward:g}"
+    outcome = rollout.get("outcome")
+    if outcome == "failure kind":
+        return f"failure: {rollout.get('failure_kind')}"
+    return "-" if outcome is None else OUTCOME_TEXT.get(outcome, str(outcome))
 
 
 def link(rollout: dict[str, Any]) -> str:
