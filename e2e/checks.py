@@ -631,8 +631,8 @@ def check_report_of_files(command: Path, folder: Path, rollouts: list[Rollout], 
         "output tokens": sum(u[1] for u in usage),
     }
     got = {
-        "rollouts": run["dispatches"],
-        "scored": run["rewarded"],
+        "rollouts": run["rollouts"],
+        "scored": run["scored"],
         "mean reward": round(run["mean_reward"], 9) if run["mean_reward"] is not None else None,
         "input tokens": tokens["input_tokens"],
         "output tokens": tokens["output_tokens"],
