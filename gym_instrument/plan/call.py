@@ -47,6 +47,21 @@ class ArgLocator:
             return args[index]
         return MISSING
 
+    def replace(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], value: Any) -> tuple[Any, ...]:
+        """The positional arguments of a call whose argument becomes ``value``: where :meth:`find`
+        finds it (a keyword is set in ``kwargs``, which the call is made with), else, absent, as the
+        keyword of the first candidate name (none: nothing changes)."""
+        for name in self.names:
+            if name in kwargs:
+                kwargs[name] = value
+                return args
+        index = self.index_unbound if instance is None else self.index_bound
+        if index is not None and index < len(args):
+            return (*args[:index], value, *args[index + 1 :])
+        if self.names:
+            kwargs[self.names[0]] = value
+        return args
+
 
 class CallSource(Protocol):
     """What a :class:`Call` reads of the wrapped function it belongs to (its plan)."""

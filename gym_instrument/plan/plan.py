@@ -106,6 +106,7 @@ class Plan:
         "prepares",
         "reads_result",
         "remembers",
+        "replaces_row",
         "role",
         "role_name",
         "schema",
@@ -169,6 +170,8 @@ class Plan:
         self.emits = not self.spans and (type(role).emit is not Role.emit or type(role).on_failure is not Role.on_failure)
         # A role without a span that prepares its call (its arguments, its context) before it runs.
         self.prepares = not self.spans and type(role).prepare is not Role.prepare
+        # A role without a span that hands its call's row on changed (headers, work for another thread).
+        self.replaces_row = not self.spans and type(role).replace_row is not Role.replace_row
         # A role whose span may end after its call returned (Role.defer).
         self.defers = self.spans and type(role).defer is not Role.defer
 
@@ -236,7 +239,7 @@ class Plan:
             tracer = recorder.cached_tracer or recorder.tracer()
             if tracer is None:
                 return None  # uninstrumented since the call was admitted
-            active = Active(self, setup)
+            active = Active(self, setup, args)
             call = active.call = Call(self, instance, args, kwargs) if self.makes_call else None
             if self.spans:
                 row = self.find_row(instance, args, kwargs)
@@ -275,6 +278,15 @@ class Plan:
                 spanless = role.prepare(self, instance, args, kwargs, current, setup.hops)
                 if spanless is None:
                     return None  # all it does is done before the call: it runs in its own context
+            elif self.replaces_row:  # no span: the role hands the call its row changed
+                row = self.find_row(instance, args, kwargs)
+                replacement = role.replace_row(self, row, current, setup.hops)
+                if replacement is row:
+                    return None  # the call runs as it was made
+                active.args = self.locator.replace(instance, args, kwargs, replacement)
+                if active.args is args:
+                    return None  # a keyword argument, changed in the call's own keywords
+                spanless = current  # a positional one: the call is made with the active's arguments
             else:  # no span: the role says what its call runs in
                 row = self.find_row(instance, args, kwargs)
                 active.row = None if row is MISSING else row
@@ -309,10 +321,12 @@ class Active:
 
     ``setup`` is fixed when the call starts: an uninstrument() while it is in flight must not send
     its end (the reward count, the dispatch remembered for its verdict) to the next configuration.
-    ``call`` is what the plan's extractors are given (None when it has none).
+    ``call`` is what the plan's extractors are given (None when it has none). ``args``: the positional
+    arguments the call is made with (the caller's, unless its role replaced its row).
     """
 
     __slots__ = (
+        "args",
         "call",
         "ctx",
         "identity",
@@ -327,9 +341,10 @@ class Active:
         "token",
     )
 
-    def __init__(self, plan: Plan, setup: Setup) -> None:
+    def __init__(self, plan: Plan, setup: Setup, args: tuple[Any, ...]) -> None:
         self.plan = plan
         self.setup = setup
+        self.args = args
         self.call: Call | None = None
         self.span: Span | None = None
         self.identity: RolloutIdentity | None = None

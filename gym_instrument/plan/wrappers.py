@@ -36,7 +36,7 @@ def _sync_wrapper(plan: Plan) -> Callable[..., Any]:
             return wrapped(*args, **kwargs)
         active.token = attach(active.ctx)
         try:
-            result = wrapped(*args, **kwargs)
+            result = wrapped(*active.args, **kwargs)
         except BaseException as exception:
             active.finish(MISSING, exception)
             raise
@@ -48,6 +48,7 @@ def _sync_wrapper(plan: Plan) -> Callable[..., Any]:
 
 def _coroutine_wrapper(plan: Plan) -> Callable[..., Any]:
     admit, start = plan.admit, plan.start
+    changes_arguments = plan.prepares or plan.replaces_row
 
     # The span starts when the coroutine starts running, so a coroutine never awaited leaves no span.
     async def traced(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -64,11 +65,33 @@ def _coroutine_wrapper(plan: Plan) -> Callable[..., Any]:
         return result
 
     def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if admit(instance, args, kwargs) is None:
+        current = admit(instance, args, kwargs)
+        if current is None:
             return wrapped(*args, **kwargs)  # not traced: the original coroutine object itself
+        if changes_arguments:
+            # A role without a span that changes the call's arguments (or its context: an ASGI
+            # application's) does so when the call is made, and the coroutine is made then, as
+            # unwrapped: arguments that do not fit raise at the call (uvicorn calls an application
+            # with none to tell a factory from it).
+            active = start(current, instance, args, kwargs)
+            if active is None:
+                return wrapped(*args, **kwargs)
+            return _run(active, wrapped(*active.args, **kwargs))
         return traced(wrapped, instance, args, kwargs)
 
     return wrapper
+
+
+async def _run(active: Active, coroutine: Any) -> Any:
+    """Await ``coroutine`` in the call's context; the call ends with what it returned or raised."""
+    active.token = attach(active.ctx)
+    try:
+        result = await coroutine
+    except BaseException as exception:
+        active.finish(MISSING, exception)
+        raise
+    active.finish(result)
+    return result
 
 
 def _tracing_what_it_makes(admit: Callable[..., Context | None], traced: Callable[..., Any]) -> Callable[..., Any]:

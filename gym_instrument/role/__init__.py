@@ -9,6 +9,7 @@ decorator ``gym_instrument.<name>`` comes from the table when it is asked for.
 
 from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Emission, Pending, Role, RoleCall, rollout_id_in
 from gym_instrument.role.dispatch import DispatchRole
+from gym_instrument.role.hand_off import HandOffRole
 from gym_instrument.role.health import HealthRole
 from gym_instrument.role.inject import InjectRole
 from gym_instrument.role.isolate import IsolateRole
@@ -30,6 +31,7 @@ ROLES: dict[str, Role] = {
         ReceiveRole(),
         ModelCallRole(),
         ReadResultRole(),
+        HandOffRole(),
     )
 }
 
@@ -38,6 +40,7 @@ __all__ = [
     "ROLLOUT_ID_CONTEXT_KEY",
     "DispatchRole",
     "Emission",
+    "HandOffRole",
     "HealthRole",
     "InjectRole",
     "IsolateRole",

@@ -116,6 +116,7 @@ class Role:
     span_name: str | None = None  # None: no span around the call
     span_kind: SpanKind = SpanKind.INTERNAL
     row_names: tuple[str, ...] = ()  # where the row sits when the target does not say (else: first argument)
+    row_by_name = False  # the row is only ever the argument named first in row_names, never the first argument
     decorated = True  # gym_instrument.<name> exists as a decorator
     # Capability flags: what the engine does when a call of this role runs and ends.
     carries_rollout_id = False  # the call's rollout id goes into its context (baggage), for what it causes
@@ -127,8 +128,9 @@ class Role:
     # What else a role does is a hook it overrides (the engine asks which, once per wrapped function):
     # emit (child spans from a result), spanless_context (the context a role without a span runs its
     # call in), prepare (a role without a span that changes its call's arguments or context before
-    # it runs), on_success (attributes from a result), defer (a span that ends after its call returned),
-    # on_failure (what a role without a span ends when its call raised).
+    # it runs), replace_row (a role without a span that hands its call's row on changed), on_success
+    # (attributes from a result), defer (a span that ends after its call returned), on_failure (what a
+    # role without a span ends when its call raised).
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and
@@ -152,6 +154,13 @@ class Role:
         with) and return the context the call runs in (None: it runs untouched, in its own).
         ``hops``: what the settings say the package does at a framework's hops."""
         return None
+
+    def replace_row(self, call: RoleCall, row: Any, current: Context, hops: Hops) -> Any:
+        """Roles without a span that override this, before the call: what the call is made with in place
+        of its row (``MISSING`` when the call has none), put where the row sits (its keyword, else its
+        position; an absent row goes in as the first name the target's row is looked up by). Returning
+        ``row`` itself leaves the call exactly as it was made. ``current``: the caller's context."""
+        return row
 
     def reads_result(self, schema: RolloutSchema) -> bool:
         """Whether :meth:`on_success` has anything to read for targets of ``schema`` (asked once, at wrap time)."""

@@ -1,9 +1,11 @@
-"""``inject``: a client call that sends a request; the current context goes into its headers.
+"""``inject``: a client call that sends a request or opens a session; the current context goes into its headers.
 
-No span: the call's ``headers`` keyword argument becomes a copy of the caller's with the current
-trace context and baggage injected through the configured global propagators (``OTEL_PROPAGATORS``:
-W3C trace context and baggage by default). Nothing is injected when propagation is off or when the
-caller's headers already carry a ``traceparent``: a request never carries two.
+No span: the call's headers argument (its row: ``headers`` unless the target names another, as
+websockets' ``connect`` takes ``additional_headers`` for a WebSocket's opening handshake; by keyword
+or by position) becomes a copy of the caller's with the current trace context and baggage injected
+through the configured global propagators (``OTEL_PROPAGATORS``: W3C trace context and baggage by
+default). Nothing is injected when propagation is off or when the caller's headers already carry a
+``traceparent``: a request never carries two.
 
 It injects whether or not an OpenTelemetry HTTP client instrumentation of contrib is on, because
 contrib skips some requests (a session made before its ``instrument()``, a URL its
@@ -22,6 +24,7 @@ from opentelemetry.context import Context
 
 from gym_instrument import semconv
 from gym_instrument.role.base import Hops, Role, RoleCall
+from gym_instrument.schema.fields import MISSING
 
 
 def _has_traceparent(headers: Any) -> bool:
@@ -35,37 +38,28 @@ def _has_traceparent(headers: Any) -> bool:
 
 
 class InjectRole(Role):
-    """A client call: the current context is injected into a copy of its ``headers`` keyword argument."""
+    """A client call: the current context is injected into a copy of its headers argument."""
 
     name = semconv.ROLE_INJECT
+    row_names = ("headers",)
+    row_by_name = True  # never the call's first argument (a method, a URL) in their place
     decorated = False
 
-    def prepare(
-        self,
-        call: RoleCall,
-        instance: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        current: Context,
-        hops: Hops,
-    ) -> Context | None:
+    def replace_row(self, call: RoleCall, row: Any, current: Context, hops: Hops) -> Any:
         if not hops.propagation:
-            return None
-        given = kwargs.get("headers")
+            return row
         headers: Any
-        if given is None:
+        if row is None or row is MISSING:
             headers = {}
-        elif not isinstance(given, MutableMapping) or _has_traceparent(given):
-            return None  # a traceparent of the caller's, or headers of another shape: left as given
-        elif type(given) is dict:
-            headers = dict(given)  # a copy: the caller's object is never changed
+        elif not isinstance(row, MutableMapping) or _has_traceparent(row):
+            return row  # a traceparent of the caller's, or headers of another shape: left as given
+        elif type(row) is dict:
+            headers = dict(row)  # a copy: the caller's object is never changed
         else:
-            # A multi-value mapping (aiohttp's CIMultiDict) copies itself, repeated headers included.
-            copy = getattr(given, "copy", None)
+            # A multi-value mapping (aiohttp's CIMultiDict, websockets' Headers) copies itself, repeated headers included.
+            copy = getattr(row, "copy", None)
             headers = copy() if callable(copy) else None
-            if not isinstance(headers, MutableMapping) or headers is given:
-                return None
+            if not isinstance(headers, MutableMapping) or headers is row:
+                return row
         propagate.inject(headers, context=current)
-        if headers:
-            kwargs["headers"] = headers
-        return None
+        return headers if headers else row

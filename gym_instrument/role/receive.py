@@ -20,6 +20,13 @@ whose first argument is the application (uvicorn's ``RequestResponseCycle.run_as
 or an ASGI application itself, called ``(scope, receive, send)``. The scope's ``headers`` are a
 list of ``(name, value)`` byte pairs; the application may sit behind middleware that keeps the
 next one in ``app``.
+
+A request is received once, at its first boundary (its scope is marked): an application called
+again inside it runs in the context it is given, the server span of FastAPI's own telemetry
+current. A WebSocket session (scope type ``websocket``) is one call of the application, from its opening
+handshake, whose headers the scope holds, to its close: every frame the server handles in the
+session runs in the context the handshake carried, and no span is made for the session. (Work the
+server hands to an executor thread keeps that context through a ``hand_off`` target.)
 """
 
 from __future__ import annotations
@@ -40,6 +47,11 @@ _EMPTY = Context()
 _MIDDLEWARE_DEPTH = 8  # how far the chain of ``.app`` attributes is followed
 _NOT_STARLETTE = object()
 _CONTRIB_ASGI = "opentelemetry.instrumentation.asgi"  # where contrib's middleware (and FastAPI's instrumentation's) comes from
+# Marks a request's scope at its first boundary. A boundary reached again inside the same request
+# (FastAPI.__call__ calls Starlette.__call__, both reached by one target on the base class) leaves
+# the request's context alone: the call-context guard cannot tell, as FastAPI's own telemetry
+# attaches a fresh context, with its server span, between the two.
+_RECEIVED = "gym_instrument.received"
 
 
 class _ScopeHeaders(Getter[list[tuple[bytes, bytes]]]):
@@ -133,6 +145,9 @@ class ReceiveRole(Role):
                 scope, app = getattr(instance, "scope", None), first
             if type(scope) is not dict:
                 return _EMPTY
+            if _RECEIVED in scope:
+                return None  # a boundary inside the request's first one: it runs in the context it is given
+            scope[_RECEIVED] = True
             for key, value in quiet:
                 scope.setdefault(key, value)  # (a key already there is the server's own, kept)
             if not hops.propagation or contrib_makes_server_span(app, scope):

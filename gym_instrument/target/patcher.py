@@ -64,7 +64,7 @@ def make_plan(
         role,
         function,
         target,
-        ArgLocator(function, role.row_names, target.row_arg),
+        ArgLocator(function, role.row_names, target.row_arg or (role.row_names[0] if role.row_by_name else None)),
         conditions,
         schema,
         (*extra_extractors, *target.extractors),
