@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gym_instrument import semconv
+from gym_instrument.role import ROLES
 from gym_instrument.tools.cli import main
 
 CONFIG = """
@@ -216,8 +217,7 @@ def test_targets_in_the_environment_variable_s_form(make_module: Any, tmp_path: 
         f"target {module}:judg (health): cannot be found",
         f"  problem: target {module}:judg=health: module '{module}' has no attribute 'judg'; did you mean 'judge'?",
         f"target '{module}:judge=grade': skipped",
-        f"  problem: target '{module}:judge': unknown role 'grade'; expected one of dispatch, verify, health, isolate, run,"
-        " inject, receive, model_call, read_result",
+        f"  problem: target '{module}:judge': unknown role 'grade'; expected one of {', '.join(ROLES)}",
         f"target '{module}:judge': skipped",
         f"  problem: target '{module}:judge': expected 'package.module:Qualified.name=role'",
     ]
