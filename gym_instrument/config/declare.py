@@ -15,13 +15,13 @@ A target is a mapping (a TOML table, a JSON object, a Python dict)::
     start_extractors = []                          # extractors by import path, run before the span starts
 
     [targets.start]                                # attributes when the span starts (samplers see them)
-    "nemo.gym.task.id" = ["row.problem.id", "row.problem.title"]   # the first path that has a value
-    "nemo.gym.task.index" = "row.position"
+    task_id = ["row.problem.id", "row.problem.title"]   # the first path that has a value
+    task_index = "row.position"
 
     [targets.end]                                  # attributes after the call
-    "nemo.gym.rollout.id" = "result.attempts[-1].uid"
-    "nemo.gym.rollout.reward" = { path = "result.scores.*.value", map = { C = 1.0, I = 0.0 } }
-    "nemo.gym.rollout.repeat" = { path = "arg.epoch", offset = -1 }
+    rollout_id = "result.attempts[-1].uid"
+    reward = { path = "result.scores.*.value", map = { C = 1.0, I = 0.0 } }
+    repeat = { path = "arg.epoch", offset = -1 }
 
     [targets.failure]                              # a failure that comes back as data
     when = "result.ok"                             # this path ...
@@ -39,6 +39,12 @@ A rule is a path, a list of paths (the first that has a value), or a table with 
 and optionally ``map`` (a table of string -> value: a string value, or a bool as ``true``/``false``,
 found in it is replaced, one not found becomes ``default`` when given), ``default`` and ``offset``
 (an integer added to an int value: ``-1`` for a count from 1).
+
+A rollout's facts are named by their short names (``task_id``, ``task_index``, ``repeat``,
+``attempt``, ``rollout_id``, ``agent_name``, ``reward``, ``masked``, ``failure_kind``,
+``error_type``: :data:`~gym_instrument.schema.declared.SHORT_NAMES`), the names the ``verdicts``
+table uses; each stands for its span attribute, whose long name (``nemo.gym.task.id``) is
+accepted too. Any other name is an attribute of the user's own.
 
 Known attribute names (``nemo.gym.*``, ``error.type``) are converted by SPEC's rules: a task id
 is rendered like a row's, indices must be ints >= 0, a reward must be a finite number, ids must
@@ -69,6 +75,7 @@ from gym_instrument.lines import read_bounded
 from gym_instrument.schema.base import GENERIC, RolloutSchema
 from gym_instrument.schema.declared import (
     PRESENT,
+    SHORT_NAMES,
     TEMPLATE_NAMES,
     VERDICT_NAME_KEYS,
     AtStart,
@@ -212,15 +219,20 @@ def _value_rule(value: Any, allow_result: bool, in_record: bool = False) -> Valu
 def _rules(value: Any, allow_result: bool, where: str, skip: Skip | None) -> AttributeRules | None:
     if not isinstance(value, Mapping) or not value:
         raise ValueError("expected a table of attribute = path(s)")
-    rules = []
+    rules: list[tuple[str, ValueRule]] = []
+    named: dict[str, str] = {}  # attribute -> how the table names it
     for attribute, rule in value.items():
         try:
             if not isinstance(attribute, str) or not attribute:
                 raise ValueError(f"attribute name {attribute!r}: expected a non-empty string")
+            name = SHORT_NAMES.get(attribute, attribute)
+            if name in named:
+                raise ValueError(f"{attribute!r}: the table names {name} already, as {named[name]!r}")
             try:
-                rules.append((attribute, _value_rule(rule, allow_result)))
+                rules.append((name, _value_rule(rule, allow_result)))
             except ValueError as error:
                 raise ValueError(f"{attribute!r}: {error}") from None
+            named[name] = attribute
         except ValueError as error:
             if skip is None:
                 raise

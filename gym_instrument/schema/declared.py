@@ -30,13 +30,22 @@ _LOG = logging.getLogger("gym_instrument")
 WATCHED_CALLS = 20  # calls of a target during which its rules' paths are watched
 
 
-# A template's short names: the identity attributes of the same table (or verdict record).
-TEMPLATE_NAMES = {
+# One vocabulary for a rollout's facts in every table of the declarative form (``start``, ``end``,
+# ``verdicts``): the short name a user writes and the span attribute (SPEC's name) it stands for.
+SHORT_NAMES = {
     "task_id": semconv.TASK_ID,
     "task_index": semconv.TASK_INDEX,
     "repeat": semconv.ROLLOUT_REPEAT,
     "attempt": semconv.ROLLOUT_ATTEMPT,
+    "rollout_id": semconv.ROLLOUT_ID,
+    "agent_name": semconv.AGENT_NAME,
+    "reward": semconv.ROLLOUT_REWARD,
+    "masked": semconv.VERIFY_MASKED,
+    "failure_kind": semconv.FAILURE_KIND,
+    "error_type": semconv.ERROR_TYPE,
 }
+# A template's short names: the identity attributes of the same table (or verdict record).
+TEMPLATE_NAMES = {name: SHORT_NAMES[name] for name in ("task_id", "task_index", "repeat", "attempt")}
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
@@ -303,13 +312,7 @@ class _RecordView:
 
 
 # The attributes that name a verdict's rollout, in the order they are read (a template last).
-VERDICT_NAME_KEYS = {
-    "task_id": semconv.TASK_ID,
-    "task_index": semconv.TASK_INDEX,
-    "repeat": semconv.ROLLOUT_REPEAT,
-    "attempt": semconv.ROLLOUT_ATTEMPT,
-    "rollout_id": semconv.ROLLOUT_ID,
-}
+VERDICT_NAME_KEYS = {name: SHORT_NAMES[name] for name in ("task_id", "task_index", "repeat", "attempt", "rollout_id")}
 
 
 class _Keyed:
