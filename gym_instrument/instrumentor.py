@@ -206,9 +206,11 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
 
 def _verdicts_can_come(targets: tuple[Target, ...]) -> bool:
-    """Whether a health target could ever be wrapped: its module can be found (nothing imported
+    """Whether a health target (or another that looks up ended dispatches: a verify that names its
+    rollout after the dispatch ended) could ever be wrapped: its module can be found (nothing imported
     to know). Only then are ended dispatches remembered for verdicts; a preset's health target
     for a version of its framework without one (nemo-gym 0.4.0 has no ``rollout_health``) would
     otherwise fill the dispatch memory with entries no verdict reads. A ``@health`` function turns
     remembering on by itself (the engine does)."""
-    return any(ROLES[target.role].uses_links and target_problem(target, suggest=False) is None for target in targets)
+    looks_up = (target for target in targets if ROLES[target.role].for_target(target.schema, target.extractors).uses_links)
+    return any(target_problem(target, suggest=False) is None for target in looks_up)

@@ -251,6 +251,8 @@ class LinkFiles:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned: set[str] = set()
+        self._finding = threading.Lock()  # one verify's lookup at a time reads and replaces _found
+        self._found: dict[str | None, _Found] = {}  # by run output: what verifies after their dispatch read
         _ALL.add(self)
 
     # -- writing -----------------------------------------------------------------------------
@@ -361,6 +363,8 @@ class LinkFiles:
         self._flushing = threading.Lock()
         self._wake = threading.Event()
         self._thread = None
+        self._finding = threading.Lock()
+        self._found = {}
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
@@ -383,6 +387,51 @@ class LinkFiles:
             return
         for start in range(0, len(verdicts), _CHUNK):
             yield from memory.take_many(verdicts[start : start + _CHUNK])
+
+    def find(self, output: str | None, names: Sequence[tuple[str | None, int | None, int | None]]) -> list[DispatchLink | None]:
+        """For each name, the persisted dispatch of another process it names (None where none is),
+        kept for the next lookup (a verify after its dispatch: several may score one rollout): the
+        links of the run writing ``output`` (the run in context), else of the runs of no known
+        output in the folder a setting names. Every dispatch of those files is read once into a
+        memory of ``capacity``, read again when they changed and a name was not found (at most
+        once a second)."""
+        if not self.enabled or not names:
+            return [None] * len(names)
+        with self._finding:
+            found = self._found.get(output)
+            if found is None:
+                found = self._found[output] = _Found()
+            links: list[DispatchLink | None] = [None] * len(names)
+            if found.links is not None:
+                links = found.links.find_many(names)
+            if None in links and time.monotonic() >= found.listed_at + _FLUSH_SECONDS:
+                found.listed_at = time.monotonic()
+                files = self._files_of([output]) if output else self._files_of_no_output()
+                sizes = {path: size for path, _, size in files}
+                if sizes != found.sizes:
+                    found.sizes = sizes
+                    found.links = self._read_all(files)
+                    links = found.links.find_many(names) if found.links is not None else links
+            return links
+
+    def _files_of_no_output(self) -> list[tuple[Path, int, int]]:
+        """The links files in the folder a setting names whose runs named no output, oldest writer first."""
+        if self.directory is None:
+            return []
+        files = self._folder(self.directory, False).by_output.get(None, [])
+        return sorted(((path, started, size) for path, _, started, size in files), key=lambda item: (item[1], str(item[0])))
+
+    def _read_all(self, files: list[tuple[Path, int, int]]) -> DispatchLinks | None:
+        """Every dispatch of ``files`` (oldest writer first: a later one replaces an earlier one)."""
+        if not files:
+            return None
+        memory = DispatchLinks(self.capacity)
+        progress = _Progress(sum(size for _, _, size in files))
+        for path, _, _ in files:
+            for span_context_, identity in self._entries(path, progress, _EVERY):
+                memory.remember(span_context_, identity)
+        progress.done()
+        return memory
 
     def _load(self, rollout_paths: Iterable[str], named: _Named) -> DispatchLinks | None:
         """The persisted dispatches ``named`` names of the runs that wrote ``rollout_paths``, oldest
@@ -558,6 +607,34 @@ class _Named:
                         self.custom_ids.add(rollout_id.encode("ascii"))
                 else:
                     self.indices.add(_indices_key(parsed[0], parsed[1]))
+
+
+class _Every:
+    """Holds every key: a read of every dispatch of the files (:meth:`LinkFiles.find`)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+class _EveryName:
+    """Names every rollout (:func:`_parse` keeps every line)."""
+
+    indices: Any = _Every()
+    custom_ids: Any = _Every()
+
+
+_EVERY: Any = _EveryName()
+
+
+class _Found:
+    """What :meth:`LinkFiles.find` read for one run: its dispatches, the files' sizes then, when it listed them."""
+
+    __slots__ = ("links", "listed_at", "sizes")
+
+    def __init__(self) -> None:
+        self.links: DispatchLinks | None = None
+        self.sizes: dict[Path, int] = {}
+        self.listed_at = -float("inf")
 
 
 def _indices_key(task_index: int, rollout_index: int) -> int | tuple[int, int]:

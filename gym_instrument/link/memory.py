@@ -384,6 +384,15 @@ class DispatchLinks:
         (:meth:`_take_custom`); any other finds the latest attempt of its indices (its own, or those
         of its index-form id), or only the attempt an attempt-qualified id names.
         """
+        return self._lookup(verdicts, True)
+
+    def find_many(self, names: Sequence[tuple[str | None, int | None, int | None]]) -> list[DispatchLink | None]:
+        """The dispatch each name names, as :meth:`take_many` finds it, but kept: a rollout scored by
+        several verifies (several reward functions, several steps) finds its dispatch every time,
+        and its health verdict still finds it after them."""
+        return self._lookup(names, False)
+
+    def _lookup(self, verdicts: Sequence[tuple[str | None, int | None, int | None]], consume: bool) -> list[DispatchLink | None]:
         found: list[tuple[tuple[int, int, int, int], str] | None] = []
         append = found.append
         with self._lock:
@@ -397,7 +406,7 @@ class DispatchLinks:
                     # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
                     parsed = parse_index_form(rollout_id)
                     if parsed is None:
-                        append(self._take_custom(rollout_id))
+                        append(self._take_custom(rollout_id, consume))
                         continue
                     if name is None:
                         task_index, rollout_index, attempt_wanted = parsed
@@ -420,25 +429,31 @@ class DispatchLinks:
                 if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
                     append(None)  # an attempt-qualified id names an attempt a retry has replaced
                     continue
-                del index[primary]
-                if custom_of_index and (custom_id := custom_of_index.pop(primary, None)) is not None:
-                    del self._index_of_custom[custom_id]
+                custom_id = custom_of_index.get(primary) if custom_of_index else None
+                if consume:
+                    del index[primary]
+                    if custom_id is not None:
+                        del custom_of_index[primary]
+                        del self._index_of_custom[custom_id]
+                if custom_id is not None:
                     name = custom_id  # found by its indices, named by its own id
                 elif attempt:
                     name = index_form(task_index, rollout_index, attempt)  # type: ignore[arg-type]
                 append((entry, name))
-            if not index:
+            if consume and not index:
                 self._index = {}  # every dispatch found: its table's memory goes too (a dict never shrinks)
         self._report(evicted)
         return [None if named is None else _link(*named) for named in found]
 
-    def _take_custom(self, custom_id: str) -> tuple[tuple[int, int, int, int], str] | None:
-        """Under the lock: the entry of the dispatch with this custom rollout id, forgotten, and its name."""
+    def _take_custom(self, custom_id: str, consume: bool) -> tuple[tuple[int, int, int, int], str] | None:
+        """Under the lock: the entry of the dispatch with this custom rollout id (forgotten when
+        ``consume``), and its name."""
         primary: int | str = self._index_of_custom.get(custom_id, custom_id)
         sequence = self._index.get(primary)
         if sequence is None:
             return None
-        self._discard_primary(primary)
+        if consume:
+            self._discard_primary(primary)
         return self._read(sequence), custom_id
 
 

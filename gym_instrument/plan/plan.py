@@ -131,6 +131,7 @@ class Plan:
         defaults: bool,
         binds_instance: bool,
     ) -> None:
+        role = role.for_target(schema, extractors)  # the shape of the role this target's calls play
         self.role = role
         self.role_name = role.name
         self.target = target
@@ -171,6 +172,16 @@ class Plan:
         self.prepares = not self.spans and type(role).prepare is not Role.prepare
         # A role whose span may end after its call returned (Role.defer).
         self.defers = self.spans and type(role).defer is not Role.defer
+
+    @property
+    def links(self) -> Any:
+        """The remembered dispatches (``role.RoleCall``)."""
+        return ENGINE.setup.links
+
+    @property
+    def link_files(self) -> Any:
+        """Persisted links (``role.RoleCall``)."""
+        return ENGINE.setup.link_files
 
     def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
         """The user's extractors, and whether the role's own attribute rules apply (a second
@@ -263,14 +274,14 @@ class Plan:
                         active.identity = declared_identity(active.identity, attributes)
                         if active.identity is not None:
                             rollout_id = active.identity.rollout_id
-                if self.counts_reward:
-                    active.rollout_id = attributes.get(semconv.ROLLOUT_ID)
                 if self.remembers:
                     active.output = current.get(RUN_OUTPUT_KEY)  # type: ignore[assignment]  # the run it belongs to, for its persisted link
                 if self.direct and (setup.job is None or not self.ties_to_job):
                     span = active.span = tracer.start_span(self.span_name, current, self.span_kind, attributes)  # type: ignore[arg-type]  # (a role with a span has its name)
                 else:
                     span = active.span = self.open_span(self, tracer, setup.job, current, attributes)
+                if self.counts_reward:  # (after open_span: a verify after its dispatch is named by it)
+                    active.rollout_id = attributes.get(semconv.ROLLOUT_ID)
             elif self.prepares:  # no span: the role prepares the call and says what it runs in
                 spanless = role.prepare(self, instance, args, kwargs, current, setup.hops)
                 if spanless is None:

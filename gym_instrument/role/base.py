@@ -9,6 +9,7 @@ may use of the call in flight), never the engine's own objects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 from opentelemetry import baggage, context, trace
@@ -66,6 +67,19 @@ class RoleCall(Protocol):
     @property
     def framework(self) -> str | None:
         """The framework the target belongs to (a preset's name, or what a declared target says)."""
+
+
+class LinkedCall(RoleCall, Protocol):
+    """What the hooks of a role that looks up ended dispatches (``uses_links``) also know: the
+    engine's plans have it (a replayed call does not look anything up)."""
+
+    @property
+    def links(self) -> DispatchLinks:
+        """The remembered dispatches of this process."""
+
+    @property
+    def link_files(self) -> LinkFiles | None:
+        """Persisted links, for a dispatch that ran in another process (None: off)."""
 
 
 class Emission(Protocol):
@@ -129,6 +143,13 @@ class Role:
     # call in), prepare (a role without a span that changes its call's arguments or context before
     # it runs), on_success (attributes from a result), defer (a span that ends after its call returned),
     # on_failure (what a role without a span ends when its call raised).
+
+    def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
+        """The role the calls of one target play, from what the target declares (its schema, its
+        extractors; asked once, when it is wrapped, and by ``instrument()`` to know whether
+        dispatches must be remembered): a shape of this role in a class of its own (a verify that
+        names its rollout after the dispatch ended, a verify that scores a batch), or this role."""
+        return self
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and

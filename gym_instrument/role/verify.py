@@ -1,15 +1,34 @@
-"""``verify``: one span around each scoring of a rollout, with its reward."""
+"""``verify``: one span around each scoring of a rollout, with its reward.
+
+A verify called inside its rollout's dispatch (the context names the rollout) is a child of what
+it runs in. A verify target whose declared start rules name the rollout (a rollout id, or a task
+and a repeat) is also found after its dispatch ended (generate all rollouts, then score them):
+:class:`VerifyAfterRole` makes its span a child of that ended dispatch span, found the way a
+health verdict finds it, but kept for the next verify and for the health pass.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Sequence
+from typing import Any, cast
 
+from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, Span
 
 from gym_instrument import semconv
+from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity
-from gym_instrument.role.base import Role, RoleCall, rollout_id_in
+from gym_instrument.link.memory import DispatchLink
+from gym_instrument.record.job import JobContext
+from gym_instrument.role.base import LinkedCall, Role, RoleCall, rollout_id_in
+from gym_instrument.schema.base import RolloutSchema
+from gym_instrument.schema.declared import names_its_rollout
+from gym_instrument.schema.fields import index_value, rollout_id_string
 from gym_instrument.schema.rules import without_masked_reward
+
+_LOG = logging.getLogger("gym_instrument")
 
 
 class VerifyRole(Role):
@@ -17,6 +36,9 @@ class VerifyRole(Role):
     span_name = semconv.SPAN_VERIFY
     row_names = ("body", "request")
     counts_reward = True
+
+    def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
+        return VERIFY_AFTER if names_its_rollout(extractors) else self
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         if not call.defaults:
@@ -31,3 +53,73 @@ class VerifyRole(Role):
         # Whatever a schema reads (a user's own included), a masked verify has no reward; what the
         # end extractors and declared rules add is held to the same rule (run_extractors).
         return without_masked_reward(call.schema.verify_attributes(row, result))
+
+
+def rollout_name(attributes: dict[str, Any]) -> tuple[str | None, int | None, int | None]:
+    """What a verify's start attributes name its rollout by: (rollout id, task index, repeat)."""
+    return (
+        rollout_id_string(attributes.get(semconv.ROLLOUT_ID)),
+        index_value(attributes.get(semconv.TASK_INDEX)),
+        index_value(attributes.get(semconv.ROLLOUT_REPEAT)),
+    )
+
+
+def _named(name: tuple[Any, ...]) -> str:
+    """A rollout name as a message shows it: the parts it has."""
+    labels = ("rollout id", "task index", "repeat", "task id", "attempt")
+    return ", ".join(f"{label} {part!r}" for label, part in zip(labels, name, strict=False) if part is not None)
+
+
+class VerifyAfterRole(VerifyRole):
+    """A verify whose target names its rollout (declared start rules): called where no rollout is
+    in context (its dispatch has ended), its span is a child of that rollout's ended dispatch span,
+    in its trace, with the dispatch's rollout id; a rollout found nowhere is reported once per
+    target, with the id looked for, and the verify stays a span of its own."""
+
+    uses_links = True  # its calls look up ended dispatches: they are remembered while it can run
+
+    def __init__(self) -> None:
+        self.reported: set[str] = set()  # targets whose rollout was found nowhere, reported once each
+
+    def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
+        return self
+
+    def open_span(
+        self, call: RoleCall, tracer: trace.Tracer, job: JobContext | None, current: Context, attributes: dict[str, Any]
+    ) -> Span:
+        if rollout_id_in(current) is None:  # (within its dispatch, or its propagated context: the usual verify)
+            name = rollout_name(attributes)
+            if name != (None, None, None):
+                link = find_dispatch(cast("LinkedCall", call), name, current)
+                if link is not None:
+                    attributes[semconv.ROLLOUT_ID] = link.rollout_id
+                    parent = trace.set_span_in_context(NonRecordingSpan(link.span_context), current)
+                    return tracer.start_span(self.span_name, context=parent, kind=self.span_kind, attributes=attributes)
+                self.found_nowhere(call, name)
+        return super().open_span(call, tracer, job, current, attributes)
+
+    def found_nowhere(self, call: RoleCall, name: tuple[Any, ...]) -> None:
+        if call.where in self.reported:
+            return
+        self.reported.add(call.where)
+        _LOG.warning(
+            "gym_instrument: %s: a verify after its dispatch found no dispatch of %s (none traced in this process, "
+            "none in the persisted links it can read); its span is a root span of its own. Reported once per target",
+            call.where,
+            _named(name),
+        )
+
+
+def find_dispatch(call: LinkedCall, name: tuple[Any, ...], current: Context) -> DispatchLink | None:
+    """The ended dispatch ``name`` names, kept for the next verify: remembered in this process, else
+    persisted by another (the links of the run in ``current``, else of the runs of no known output
+    in the folder a setting names)."""
+    link = call.links.find_many((name,))[0]
+    files = call.link_files
+    if link is None and files is not None:
+        output = current.get(RUN_OUTPUT_KEY)
+        link = files.find(output if isinstance(output, str) else None, (name,))[0]
+    return link
+
+
+VERIFY_AFTER = VerifyAfterRole()

@@ -239,6 +239,16 @@ class AttributeRules:
             )
 
 
+def names_its_rollout(extractors: Sequence[Any]) -> bool:
+    """Whether a target's declared start rules name the rollout its calls belong to: a rollout id
+    (a path or a template), or a task (its index or its id) and a repeat."""
+    read: set[str] = set()
+    for extractor in extractors:
+        if isinstance(extractor, AttributeRules) and extractor.at_start:
+            read.update(name for name, _ in extractor.rules)
+    return semconv.ROLLOUT_ID in read or (semconv.ROLLOUT_REPEAT in read and bool(read & {semconv.TASK_INDEX, semconv.TASK_ID}))
+
+
 PRESENT: Any = type("Present", (), {"__repr__": lambda self: "PRESENT"})()
 """A :class:`FailureRule`'s ``equals`` when the rule fires for any value that is present and not None."""
 

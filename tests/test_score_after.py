@@ -1,0 +1,176 @@
+"""Loops that score after the rollout: generate every rollout first, then score them (TRL, verl,
+most GRPO loops), by configuration alone. A verify that names its rollout finds its ended dispatch
+the way a health verdict does, and becomes its child."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gym_instrument import semconv
+from gym_instrument.tools.report.figures import RunFigures
+from tests.test_any_loop import report_span
+
+REPO = Path(__file__).resolve().parents[1]
+
+LOOP = """
+TASKS = [{"task_id": "add", "answer": "4"}, {"task_id": "mul", "answer": "6"}]
+
+
+def generate(task, repeat):
+    # A scripted model: right on even repeats, wrong on odd ones.
+    return {"task_id": task["task_id"], "repeat": repeat, "completion": task["answer"] if repeat % 2 == 0 else "0"}
+
+
+def score(completion, task_id, repeat):
+    answer = {t["task_id"]: t["answer"] for t in TASKS}[task_id]
+    return 1.0 if completion == answer else 0.0
+
+
+def main(repeats=3):
+    rollouts = [generate(task, repeat) for task in TASKS for repeat in range(repeats)]
+    return [(r["task_id"], r["repeat"], score(r["completion"], r["task_id"], r["repeat"])) for r in rollouts]
+"""
+
+
+def config(module: str, verify_start: dict[str, Any], health: bool = False) -> dict[str, Any]:
+    targets: list[dict[str, Any]] = [
+        {
+            "path": f"{module}:generate",
+            "role": "dispatch",
+            "row": "task",
+            "start": {"task_id": "row.task_id", "repeat": "arg.repeat", "rollout_id": {"template": "{task_id}-r{repeat}"}},
+        },
+        {"path": f"{module}:score", "role": "verify", "reward_rule": "sum", "start": verify_start},
+    ]
+    if health:
+        targets.append({"path": f"{module}:judge", "role": "health", "verdicts": {"rollout_id": "item.id", "verdict": "item.ok"}})
+    return {"targets": targets}
+
+
+BY_TEMPLATE = {"task_id": "arg.task_id", "repeat": "arg.repeat", "rollout_id": {"template": "{task_id}-r{repeat}"}}
+
+
+@pytest.fixture
+def loop(make_module: Any) -> str:
+    return make_module(LOOP)
+
+
+def check_children(telemetry: Any, scored: list[tuple[str, int, float]]) -> None:
+    """Each verify is a child of its own rollout's ended dispatch, with the loop's reward, counted once."""
+    dispatches = {span.attributes[semconv.ROLLOUT_ID]: span for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    verifies = telemetry.spans(semconv.SPAN_VERIFY)
+    assert len(verifies) == len(scored)
+    for (task_id, repeat, reward), verify in zip(scored, verifies, strict=True):
+        rollout_id = f"{task_id}-r{repeat}"
+        dispatch = dispatches[rollout_id]
+        assert verify.context.trace_id == dispatch.context.trace_id
+        assert verify.parent is not None and verify.parent.span_id == dispatch.context.span_id
+        assert verify.start_time >= dispatch.end_time  # scored after its dispatch had ended
+        assert verify.attributes[semconv.ROLLOUT_ID] == rollout_id
+        assert verify.attributes[semconv.ROLLOUT_REWARD] == reward
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == len(dispatches)
+    figures = RunFigures().add_all(map(report_span, [*verifies, *dispatches.values()])).figures()
+    rewards: dict[str, list[float]] = {}
+    for task_id, _, reward in scored:
+        rewards.setdefault(task_id, []).append(reward)
+    assert {task["task"]: task["mean_reward"] for task in figures["tasks"]} == {
+        task_id: sum(values) / len(values) for task_id, values in rewards.items()
+    }
+    assert figures["run"]["verifies_without_dispatch"] == 0
+
+
+def test_a_verify_after_its_dispatch_ended_is_its_child_with_no_health_target(loop: str, instrument: Any, telemetry: Any) -> None:
+    # No health target: the verify that names its rollout is what keeps the dispatches remembered.
+    instrument(config=config(loop, BY_TEMPLATE))
+    scored = importlib.import_module(loop).main()
+    check_children(telemetry, scored)
+
+
+def test_several_verifies_of_one_rollout_each_find_it_and_its_health_verdict_still_does(
+    loop: str, make_module: Any, instrument: Any, telemetry: Any
+) -> None:
+    judge = make_module("def judge(rollout_ids):\n    return [{'id': rollout_id, 'ok': True} for rollout_id in rollout_ids]\n")
+    settings = config(loop, BY_TEMPLATE)
+    settings["targets"].append(
+        {"path": f"{judge}:judge", "role": "health", "verdicts": {"rollout_id": "item.id", "verdict": "item.ok"}}
+    )
+    instrument(config=settings)
+    module = importlib.import_module(loop)
+    rollouts = [module.generate(task, 0) for task in module.TASKS]
+    for _ in range(2):  # scored twice (two steps, two reward functions): found both times
+        for rollout in rollouts:
+            module.score(rollout["completion"], rollout["task_id"], 0)
+    importlib.import_module(judge).judge(["add-r0", "mul-r0"])
+    dispatches = {span.context.span_id: span.attributes[semconv.ROLLOUT_ID] for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    verifies = telemetry.spans(semconv.SPAN_VERIFY)
+    assert [dispatches[span.parent.span_id] for span in verifies] == ["add-r0", "mul-r0", "add-r0", "mul-r0"]
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == 2  # rollouts, not verifies
+    health = telemetry.spans(semconv.SPAN_HEALTH)
+    assert sorted(dispatches[span.parent.span_id] for span in health) == ["add-r0", "mul-r0"]
+
+
+def test_a_verify_inside_its_dispatch_keeps_its_parent(make_module: Any, instrument: Any, telemetry: Any) -> None:
+    """Scoring inside the rollout (the context names it) is the usual verify: its parent is the span it runs in."""
+    module = make_module(
+        "def generate(task, repeat):\n    return {'completion': step(task['task_id'], repeat)}\n"
+        "def step(task_id, repeat):\n    return score('4', task_id, repeat)\n"
+        "def score(completion, task_id, repeat):\n    return 1.0\n"
+    )
+    settings = config(module, BY_TEMPLATE)
+    instrument(config=settings)
+    importlib.import_module(module).generate({"task_id": "add"}, 0)
+    (dispatch,) = telemetry.spans(semconv.SPAN_DISPATCH)
+    (verify,) = telemetry.spans(semconv.SPAN_VERIFY)
+    assert verify.parent is not None and verify.parent.span_id == dispatch.context.span_id
+    assert verify.attributes[semconv.ROLLOUT_ID] == "add-r0"
+
+
+def test_a_verify_whose_rollout_is_found_nowhere_is_reported_once_with_the_id(
+    loop: str, instrument: Any, telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    instrument(config=config(loop, BY_TEMPLATE))
+    module = importlib.import_module(loop)
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        module.score("4", "add", 7)  # never generated
+        module.score("4", "add", 8)
+    messages = [record.getMessage() for record in caplog.records if "found no dispatch" in record.getMessage()]
+    assert len(messages) == 1
+    assert f"target {loop}:score" in messages[0] and "rollout id 'add-r7'" in messages[0]
+    first, second = telemetry.spans(semconv.SPAN_VERIFY)
+    assert first.parent is None and first.attributes[semconv.ROLLOUT_ID] == "add-r7"  # a span of its own, still named
+    assert second.attributes[semconv.ROLLOUT_REWARD] == 1.0
+
+
+def test_a_verify_in_another_process_finds_its_dispatch_in_the_persisted_links(tmp_path: Path) -> None:
+    """Generate in one process, score in another: each verify is a child of its dispatch, found in
+    the links the first process persisted in the folder both name."""
+    env = {"OTEL_PYTHON_GYM_LINK_DIR": str(tmp_path / "links")}
+    rollouts, generated = run_process("generate", {"repeats": 2}, env)
+    rewards, scored = run_process("score", {"rollouts": rollouts}, env)
+    assert rewards == [1.0, 0.0, 1.0, 0.0]
+    dispatches = {span["attributes"][semconv.ROLLOUT_ID]: span for span in generated if span["name"] == semconv.SPAN_DISPATCH}
+    verifies = [span for span in scored if span["name"] == semconv.SPAN_VERIFY]
+    assert len(dispatches) == len(verifies) == 4
+    for rollout, reward, verify in zip(rollouts, rewards, verifies, strict=True):
+        dispatch = dispatches[f"{rollout['task_id']}-r{rollout['repeat']}"]
+        assert (verify["trace_id"], verify["parent"]) == (dispatch["trace_id"], dispatch["span_id"])
+        assert verify["attributes"][semconv.ROLLOUT_REWARD] == reward
+
+
+def run_process(action: str, given: dict[str, Any], env: dict[str, str]) -> tuple[Any, list[dict[str, Any]]]:
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_PYTHON_GYM_")}
+    environ.update(PYTHONPATH=str(REPO), **env)
+    argv = [sys.executable, "-m", "tests.crossprocess.score_after_main", action, json.dumps(given)]
+    done = subprocess.run(argv, cwd=REPO, env=environ, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return lines[0]["result"], lines[1:]
