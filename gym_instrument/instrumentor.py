@@ -170,6 +170,10 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if running is not None and running.link_files is not None:
                 running.link_files.close()
             link_files = LinkFiles(config.link_dir, capacity=config.link_capacity) if config.link_files else None
+        # Dispatches are found by task id and repeat too only when a target may name them so.
+        links.by_task = _tasks_named(targets)
+        if link_files is not None:
+            link_files.by_task = links.by_task
         setup = Setup(
             recorder,
             links,
@@ -203,6 +207,16 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if running.link_files is not None:
                 running.link_files.close()  # what was queued is written
         ENGINE.configure(Setup(Recorder(), DispatchLinks(ENGINE.links.capacity), True))
+
+
+def _tasks_named(targets: tuple[Target, ...]) -> bool:
+    """Whether a target may look a dispatch up by its task id and repeat alone (a verdict or a verify
+    after its dispatch that names no rollout id and no task index)."""
+    for target in targets:
+        role = ROLES[target.role].for_target(target.schema, target.extractors)
+        if role.finds_by_task(target.schema or DEFAULT_SCHEMA, target.extractors):
+            return True
+    return False
 
 
 def _verdicts_can_come(targets: tuple[Target, ...]) -> bool:

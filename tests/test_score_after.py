@@ -57,6 +57,7 @@ def config(module: str, verify_start: dict[str, Any], health: bool = False) -> d
 
 
 BY_TEMPLATE = {"task_id": "arg.task_id", "repeat": "arg.repeat", "rollout_id": {"template": "{task_id}-r{repeat}"}}
+BY_TASK = {"task_id": "arg.task_id", "repeat": "arg.repeat"}  # the dispatch's declared identity names it: no template again
 
 
 @pytest.fixture
@@ -88,18 +89,22 @@ def check_children(telemetry: Any, scored: list[tuple[str, int, float]]) -> None
     assert figures["run"]["verifies_without_dispatch"] == 0
 
 
-def test_a_verify_after_its_dispatch_ended_is_its_child_with_no_health_target(loop: str, instrument: Any, telemetry: Any) -> None:
+@pytest.mark.parametrize("verify_start", [BY_TEMPLATE, BY_TASK], ids=["by-rollout-id", "by-task-and-repeat"])
+def test_a_verify_after_its_dispatch_ended_is_its_child_with_no_health_target(
+    loop: str, instrument: Any, telemetry: Any, verify_start: dict[str, Any]
+) -> None:
     # No health target: the verify that names its rollout is what keeps the dispatches remembered.
-    instrument(config=config(loop, BY_TEMPLATE))
+    instrument(config=config(loop, verify_start))
     scored = importlib.import_module(loop).main()
     check_children(telemetry, scored)
 
 
+@pytest.mark.parametrize("verify_start", [BY_TEMPLATE, BY_TASK], ids=["by-rollout-id", "by-task-and-repeat"])
 def test_several_verifies_of_one_rollout_each_find_it_and_its_health_verdict_still_does(
-    loop: str, make_module: Any, instrument: Any, telemetry: Any
+    loop: str, make_module: Any, instrument: Any, telemetry: Any, verify_start: dict[str, Any]
 ) -> None:
     judge = make_module("def judge(rollout_ids):\n    return [{'id': rollout_id, 'ok': True} for rollout_id in rollout_ids]\n")
-    settings = config(loop, BY_TEMPLATE)
+    settings = config(loop, verify_start)
     settings["targets"].append(
         {"path": f"{judge}:judge", "role": "health", "verdicts": {"rollout_id": "item.id", "verdict": "item.ok"}}
     )
@@ -150,12 +155,13 @@ def test_a_verify_whose_rollout_is_found_nowhere_is_reported_once_with_the_id(
     assert second.attributes[semconv.ROLLOUT_REWARD] == 1.0
 
 
-def test_a_verify_in_another_process_finds_its_dispatch_in_the_persisted_links(tmp_path: Path) -> None:
-    """Generate in one process, score in another: each verify is a child of its dispatch, found in
-    the links the first process persisted in the folder both name."""
+@pytest.mark.parametrize("by_task", [False, True], ids=["by-rollout-id", "by-task-and-repeat"])
+def test_a_verify_in_another_process_finds_its_dispatch_in_the_persisted_links(tmp_path: Path, by_task: bool) -> None:
+    """Generate in one process, score in another, one configuration for both: each verify is a
+    child of its dispatch, found in the links the first process persisted in the folder both name."""
     env = {"OTEL_PYTHON_GYM_LINK_DIR": str(tmp_path / "links")}
-    rollouts, generated = run_process("generate", {"repeats": 2}, env)
-    rewards, scored = run_process("score", {"rollouts": rollouts}, env)
+    rollouts, generated = run_process("generate", {"repeats": 2, "by_task": by_task}, env)
+    rewards, scored = run_process("score", {"rollouts": rollouts, "by_task": by_task}, env)
     assert rewards == [1.0, 0.0, 1.0, 0.0]
     dispatches = {span["attributes"][semconv.ROLLOUT_ID]: span for span in generated if span["name"] == semconv.SPAN_DISPATCH}
     verifies = [span for span in scored if span["name"] == semconv.SPAN_VERIFY]

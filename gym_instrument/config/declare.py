@@ -243,12 +243,12 @@ def _rules(value: Any, allow_result: bool, where: str, skip: Skip | None) -> Att
 
 def _verdicts(value: Any, where: str) -> VerdictRules:
     if not isinstance(value, Mapping):
-        raise ValueError("expected a table: items, rollout_id (or task_index and repeat), verdict, checks")
+        raise ValueError("expected a table: items, rollout_id (or task_index or task_id, and repeat), verdict, checks")
     _no_unknown_keys(value, VERDICT_KEYS)
     if "verdict" not in value:
         raise ValueError("needs verdict (a path in the record, e.g. item.verdict; a table with map to rename values)")
-    if "rollout_id" not in value and not ("task_index" in value and "repeat" in value):
-        raise ValueError("needs rollout_id, or task_index and repeat: what names the rollout a record judges")
+    if "rollout_id" not in value and not ("repeat" in value and ("task_index" in value or "task_id" in value)):
+        raise ValueError("needs rollout_id, or task_index or task_id and repeat: what names the rollout a record judges")
 
     def rule(key: str) -> ValueRule:
         try:

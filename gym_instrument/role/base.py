@@ -151,6 +151,11 @@ class Role:
         names its rollout after the dispatch ended, a verify that scores a batch), or this role."""
         return self
 
+    def finds_by_task(self, schema: RolloutSchema, extractors: Sequence[Any]) -> bool:
+        """Whether a target of this role (its schema, its extractors) may look a dispatch up by its
+        task id and repeat alone: dispatches are then remembered by those too. Default: no."""
+        return False
+
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and
         the rollout's identity, which names the span and its baggage whatever the rules."""

@@ -24,9 +24,9 @@ from gym_instrument.link.memory import DispatchLink
 from gym_instrument.record.job import JobContext
 from gym_instrument.role.base import LinkedCall, Role, RoleCall, rollout_id_in
 from gym_instrument.schema.base import RolloutSchema
-from gym_instrument.schema.declared import names_its_rollout
+from gym_instrument.schema.declared import names_its_rollout, start_names
 from gym_instrument.schema.fields import index_value, rollout_id_string
-from gym_instrument.schema.rules import without_masked_reward
+from gym_instrument.schema.rules import VerdictName, names_a_rollout, without_masked_reward
 
 _LOG = logging.getLogger("gym_instrument")
 
@@ -55,12 +55,16 @@ class VerifyRole(Role):
         return without_masked_reward(call.schema.verify_attributes(row, result))
 
 
-def rollout_name(attributes: dict[str, Any]) -> tuple[str | None, int | None, int | None]:
-    """What a verify's start attributes name its rollout by: (rollout id, task index, repeat)."""
+def rollout_name(attributes: dict[str, Any]) -> VerdictName:
+    """What a verify's start attributes name its rollout by: (rollout id, task index, repeat, task
+    id, attempt), as a verdict names it."""
+    task_id = attributes.get(semconv.TASK_ID)
     return (
         rollout_id_string(attributes.get(semconv.ROLLOUT_ID)),
         index_value(attributes.get(semconv.TASK_INDEX)),
         index_value(attributes.get(semconv.ROLLOUT_REPEAT)),
+        task_id if type(task_id) is str else None,
+        index_value(attributes.get(semconv.ROLLOUT_ATTEMPT)),
     )
 
 
@@ -84,15 +88,19 @@ class VerifyAfterRole(VerifyRole):
     def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
         return self
 
+    def finds_by_task(self, schema: RolloutSchema, extractors: Sequence[Any]) -> bool:
+        return semconv.TASK_ID in start_names(extractors)
+
     def open_span(
         self, call: RoleCall, tracer: trace.Tracer, job: JobContext | None, current: Context, attributes: dict[str, Any]
     ) -> Span:
         if rollout_id_in(current) is None:  # (within its dispatch, or its propagated context: the usual verify)
             name = rollout_name(attributes)
-            if name != (None, None, None):
+            if names_a_rollout(name):
                 link = find_dispatch(cast("LinkedCall", call), name, current)
                 if link is not None:
-                    attributes[semconv.ROLLOUT_ID] = link.rollout_id
+                    if link.rollout_id is not None:
+                        attributes[semconv.ROLLOUT_ID] = link.rollout_id
                     parent = trace.set_span_in_context(NonRecordingSpan(link.span_context), current)
                     return tracer.start_span(self.span_name, context=parent, kind=self.span_kind, attributes=attributes)
                 self.found_nowhere(call, name)

@@ -24,7 +24,7 @@ from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.fields import MISSING, rollout_id_string
 from gym_instrument.schema.paths import CallView, FieldPath
-from gym_instrument.schema.rules import VerdictFacts, checks_of, convert, verdict_attributes
+from gym_instrument.schema.rules import VerdictFacts, checks_of, convert, names_a_rollout, verdict_attributes
 
 _LOG = logging.getLogger("gym_instrument")
 WATCHED_CALLS = 20  # calls of a target during which its rules' paths are watched
@@ -239,13 +239,19 @@ class AttributeRules:
             )
 
 
-def names_its_rollout(extractors: Sequence[Any]) -> bool:
-    """Whether a target's declared start rules name the rollout its calls belong to: a rollout id
-    (a path or a template), or a task (its index or its id) and a repeat."""
+def start_names(extractors: Sequence[Any]) -> set[str]:
+    """The attributes a target's declared start rules read."""
     read: set[str] = set()
     for extractor in extractors:
         if isinstance(extractor, AttributeRules) and extractor.at_start:
             read.update(name for name, _ in extractor.rules)
+    return read
+
+
+def names_its_rollout(extractors: Sequence[Any]) -> bool:
+    """Whether a target's declared start rules name the rollout its calls belong to: a rollout id
+    (a path or a template), or a task (its index or its id) and a repeat."""
+    read = start_names(extractors)
     return semconv.ROLLOUT_ID in read or (semconv.ROLLOUT_REPEAT in read and bool(read & {semconv.TASK_INDEX, semconv.TASK_ID}))
 
 
@@ -398,11 +404,21 @@ class VerdictRules:
             rollout_id = read.get(semconv.ROLLOUT_ID)
             if rollout_id is None and key is not None:
                 rollout_id = rollout_id_string(key) if not isinstance(key, int) else None
-            name = (rollout_id, read.get(semconv.TASK_INDEX), read.get(semconv.ROLLOUT_REPEAT))
+            name = (
+                rollout_id,
+                read.get(semconv.TASK_INDEX),
+                read.get(semconv.ROLLOUT_REPEAT),
+                read.get(semconv.TASK_ID),
+                read.get(semconv.ROLLOUT_ATTEMPT),
+            )
             if verdict is MISSING or verdict is None:
                 self._warn("verdict", "a record has no verdict (%s): %s", self.verdict_text, _shape(record))
-            elif name == (None, None, None):
-                self._warn("name", "a record names no rollout (no rollout id, task index + repeat): %s", _shape(record))
+            elif not names_a_rollout(name):
+                self._warn(
+                    "name",
+                    "a record names no rollout (no rollout id, task index + repeat or task id + repeat): %s",
+                    _shape(record),
+                )
             facts.append((name, verdict_attributes(verdict, checks)))
         return facts
 
@@ -427,6 +443,7 @@ class DeclaredVerdictSchema(RolloutSchema):
         self.rules = rules
         self.name = base.name
         self.framework_spans = base.framework_spans
+        self.verdicts_name_tasks = any(attribute == semconv.TASK_ID for attribute, _ in rules.names)
 
     def identity(self, row: Any) -> RolloutIdentity:
         return self.base.identity(row)

@@ -160,7 +160,7 @@ def _short_names(rule: ValueRule) -> set[str]:
 
 
 def _names_a_rollout(target: Target) -> bool:
-    """Whether a dispatch target's start rules name its rollout (a rollout id, or task index and repeat)."""
+    """Whether a dispatch target's start rules name its rollout (a rollout id, or a task index or id and a repeat)."""
     read: set[str] = set()
     for extractor in target.extractors:
         if isinstance(extractor, AttributeRules) and extractor.at_start:
@@ -169,7 +169,7 @@ def _names_a_rollout(target: Target) -> bool:
             read.update(name for name, rule in extractor.rules if rule.template is None or names >= _short_names(rule))
         elif not isinstance(extractor, (AttributeRules, FailureRule, Constant)):
             return True  # an extractor of code may name it
-    return semconv.ROLLOUT_ID in read or {semconv.TASK_INDEX, semconv.ROLLOUT_REPEAT} <= read
+    return semconv.ROLLOUT_ID in read or bool(semconv.ROLLOUT_REPEAT in read and read & {semconv.TASK_INDEX, semconv.TASK_ID})
 
 
 # One entry of the short form, as OTEL_PYTHON_GYM_TARGETS holds it (a file path never looks like this).
@@ -290,5 +290,5 @@ def _check_target(target: Target, skipped: list[str], found: ConfigCheck, judged
     if judged and target.role == semconv.ROLE_DISPATCH and generic and not _names_a_rollout(target):
         found.note(
             "no start rule names its rollout: the generic schema names it from its row's rollout_id, else"
-            " task_index and repeat (or rollout_index); a dispatch whose row has neither gets no health span"
+            " task_index or task_id and repeat (or rollout_index); a dispatch whose row has none gets no health span"
         )

@@ -33,6 +33,8 @@ def main() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if given["by_task"]:  # the verify names its rollout by task id and repeat alone
+        CONFIG["targets"][1]["start"] = {"task_id": "arg.task_id", "repeat": "arg.repeat"}
     GymInstrumentor().instrument(tracer_provider=provider, presets="none", config=CONFIG)
     from tests.crossprocess import score_loop
 
