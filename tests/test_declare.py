@@ -281,9 +281,9 @@ def test_a_path_reads_fields_items_and_properties(path: str, call: Any, expected
     [
         ("task.id", "must start with row, arg.NAME, self or result"),
         ("row.__class__", "is not readable"),
-        ("row.a[x]", r"expected .field, \[N\] or .\*"),
-        ("row..a", r"expected .field, \[N\] or .\*"),
-        ("row.a*", r"expected .field, \[N\] or .\*"),
+        ("row.a[x]", r"expected .field, \[N\], \[i\] or .\*"),
+        ("row..a", r"expected .field, \[N\], \[i\] or .\*"),
+        ("row.a*", r"expected .field, \[N\], \[i\] or .\*"),
         ("arg", "must start with"),
     ],
 )

@@ -180,3 +180,115 @@ def run_process(action: str, given: dict[str, Any], env: dict[str, str]) -> tupl
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     return lines[0]["result"], lines[1:]
+
+
+# -- a batch verify: one call scores many rollouts (TRL's reward functions) ----------------------------
+
+REWARDS = """
+ANSWERS = {"add": "4", "mul": "6"}
+
+
+def accuracy_reward(prompts, completions, task_id, **kwargs):
+    return [1.0 if completion == ANSWERS[task] else 0.0 for completion, task in zip(completions, task_id)]
+
+
+def format_reward(prompts, completions, **kwargs):
+    return [0.5 if completion.isdigit() and completion != "0" else 0.0 for completion in completions]
+"""
+
+BATCH = {"task_id": "arg.task_id[i]", "repeat": "arg.repeat[i]"}
+
+
+def batch_config(loop: str, rewards: str, batch: dict[str, Any]) -> dict[str, Any]:
+    settings = config(loop, BY_TEMPLATE)
+    settings["targets"][1:] = [
+        {"path": f"{rewards}:{name}", "role": "verify", "reward_rule": "sum", "batch": batch}
+        for name in ("accuracy_reward", "format_reward")
+    ]
+    return settings
+
+
+def score_batch(loop: str, rewards: str) -> dict[str, list[float]]:
+    """The user's loop: every rollout generated first, then each reward function over the whole batch."""
+    module, functions = importlib.import_module(loop), importlib.import_module(rewards)
+    rollouts = [module.generate(task, repeat) for task in module.TASKS for repeat in range(3)]
+    columns = {"task_id": [r["task_id"] for r in rollouts], "repeat": [r["repeat"] for r in rollouts]}
+    prompts, completions = [f"{r['task_id']}?" for r in rollouts], [r["completion"] for r in rollouts]
+    return {f.__name__: f(prompts, completions, **columns) for f in (functions.accuracy_reward, functions.format_reward)}
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [BATCH, {**BATCH, "rollout_id": {"template": "{task_id}-r{repeat}"}, "reward": "item"}],
+    ids=["by-task-and-repeat", "by-rollout-id"],
+)
+def test_a_batch_reward_function_gives_each_rollout_its_verify_under_its_dispatch(
+    loop: str, make_module: Any, instrument: Any, telemetry: Any, batch: dict[str, Any]
+) -> None:
+    rewards = make_module(REWARDS)
+    instrument(config=batch_config(loop, rewards, batch))
+    scored = score_batch(loop, rewards)
+    dispatches = {span.context.span_id: span for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    verifies = telemetry.spans(semconv.SPAN_VERIFY)
+    assert len(verifies) == 2 * len(dispatches) == 12  # one per rollout per reward function
+    order = [f"{task}-r{repeat}" for task in ("add", "mul") for repeat in range(3)]
+    for function, values in scored.items():
+        own = [span for span in verifies if span.attributes[semconv.VERIFY_FUNCTION] == function]
+        assert [span.attributes[semconv.ROLLOUT_ID] for span in own] == order
+        assert [span.attributes[semconv.ROLLOUT_REWARD] for span in own] == values
+        for span in own:
+            dispatch = dispatches[span.parent.span_id]
+            assert span.context.trace_id == dispatch.context.trace_id
+            assert dispatch.attributes[semconv.ROLLOUT_ID] == span.attributes[semconv.ROLLOUT_ID]
+            assert span.start_time >= dispatch.end_time and span.attributes[semconv.REWARD_RULE] == "sum"
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == 6  # rollouts, once each
+    # The report's per-task reward is the loop's own: the sum of the functions' rewards, averaged per task.
+    figures = RunFigures().add_all(map(report_span, [*verifies, *dispatches.values()])).figures()
+    totals = [a + b for a, b in zip(scored["accuracy_reward"], scored["format_reward"], strict=True)]
+    assert {task["task"]: task["mean_reward"] for task in figures["tasks"]} == {
+        "add": sum(totals[:3]) / 3,
+        "mul": sum(totals[3:]) / 3,
+    }
+    assert figures["run"]["verifies_without_dispatch"] == 0
+
+
+def test_a_batch_whose_items_find_no_list_or_no_dispatch_is_reported_once(
+    loop: str, make_module: Any, instrument: Any, telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rewards = make_module(REWARDS)
+    settings = batch_config(loop, rewards, BATCH)
+    settings["targets"][2]["batch"] = {**BATCH, "items": "result.scores"}
+    instrument(config=settings)
+    functions = importlib.import_module(rewards)
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        for _ in range(2):
+            functions.accuracy_reward(["?"], ["4"], task_id=["add"], repeat=[9])  # never generated
+            functions.format_reward(["?"], ["4"], task_id=["add"], repeat=[9])
+    messages = [record.getMessage() for record in caplog.records]
+    assert [m for m in messages if "found no dispatch" in m] == [
+        f"gym_instrument: target {rewards}:accuracy_reward: a batch item found no dispatch of repeat 9, task id 'add' (none"
+        " traced in this process, none in the persisted links it can read); its verify span is a root span of its own."
+        " Reported once per target"
+    ]
+    assert [m for m in messages if "not a list" in m] == [
+        f"gym_instrument: target '{rewards}:format_reward': batch: 'result.scores' is absent, not a list of scores;"
+        " no verify span is made"
+    ]
+    assert [span.parent for span in telemetry.spans(semconv.SPAN_VERIFY)] == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"role": "verify", "batch": {"reward": "item"}}, "batch: needs rollout_id, or task_index or task_id and repeat"),
+        ({"role": "dispatch", "batch": BATCH}, "batch: applies to a verify target"),
+        ({"role": "verify", "end": {"reward": "arg.scores[i]"}}, r"\[i\] is the position of a batch's item, only in batch"),
+        ({"role": "verify", "batch": {**BATCH, "items": "arg.x"}}, "items: path 'arg.x': the items are a list in the result"),
+        ({"role": "verify", "batch": {**BATCH, "score": "item"}}, "batch: unknown key 'score'"),
+    ],
+)
+def test_a_batch_that_cannot_work_is_refused(entry: dict[str, Any], problem: str) -> None:
+    from gym_instrument.config.declare import target_from_mapping
+
+    with pytest.raises(ValueError, match=problem):
+        target_from_mapping({"path": "my_loop:reward", **entry})

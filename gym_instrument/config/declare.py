@@ -74,13 +74,16 @@ from gym_instrument.frameworks import FRAMEWORKS
 from gym_instrument.lines import read_bounded
 from gym_instrument.schema.base import GENERIC, RolloutSchema
 from gym_instrument.schema.declared import (
+    BATCH_OUTCOME_KEYS,
     PRESENT,
     SHORT_NAMES,
     TEMPLATE_NAMES,
     VERDICT_NAME_KEYS,
     AtStart,
     AttributeRules,
+    BatchRules,
     Constant,
+    DeclaredBatchSchema,
     DeclaredVerdictSchema,
     FailureRule,
     Template,
@@ -107,7 +110,9 @@ TARGET_KEYS = (
     "failure",
     "verdicts",
     "reward_rule",
+    "batch",
 )
+BATCH_KEYS = ("items", "task_id", "task_index", "repeat", "attempt", "rollout_id", "reward", "masked", "failure_kind")
 VERDICT_KEYS = ("items", "task_id", "task_index", "repeat", "attempt", "rollout_id", "verdict", "checks")
 FAILURE_KEYS = ("when", "equals", "error_type")
 RULE_KEYS = ("path", "map", "default", "offset", "template")
@@ -159,44 +164,46 @@ def _schema(name: Any) -> RolloutSchema:
     return schema
 
 
-def _paths(value: Any, allow_result: bool, in_record: bool = False) -> tuple[FieldPath, ...]:
+def _paths(value: Any, allow_result: bool, in_record: bool = False, in_batch: bool = False) -> tuple[FieldPath, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items:
         raise ValueError(f"expected a path or a list of paths, got {value!r}")
     paths = tuple(FieldPath(item) for item in items)
     for path in paths:
-        _check_root(path, allow_result, in_record)
+        _check_root(path, allow_result, in_record, in_batch)
     return paths
 
 
-def _check_root(path: FieldPath, allow_result: bool, in_record: bool) -> None:
+def _check_root(path: FieldPath, allow_result: bool, in_record: bool, in_batch: bool = False) -> None:
     if in_record and path.root != "item":
         raise ValueError(f"path {path.text!r}: a verdict record's fields start with item (the record)")
-    if path.root == "item" and not in_record:
-        raise ValueError(f"path {path.text!r}: item is a verdict record, only in verdicts")
+    if path.root == "item" and not (in_record or in_batch):
+        raise ValueError(f"path {path.text!r}: item is a verdict record or a batch's item, only in verdicts and batch")
+    if path.per_item and not in_batch:
+        raise ValueError(f"path {path.text!r}: [i] is the position of a batch's item, only in batch")
     if path.root == "result" and not allow_result:
         raise ValueError(f"path {path.text!r}: the result is not known when the span starts (use end)")
 
 
-def _template(value: Any, allow_result: bool, in_record: bool) -> Template:
+def _template(value: Any, allow_result: bool, in_record: bool, in_batch: bool = False) -> Template:
     template = Template(value)
     for part in template.parts[1::2]:
         if isinstance(part, FieldPath):
-            _check_root(part, allow_result, in_record)
+            _check_root(part, allow_result, in_record, in_batch)
     return template
 
 
-def _value_rule(value: Any, allow_result: bool, in_record: bool = False) -> ValueRule:
+def _value_rule(value: Any, allow_result: bool, in_record: bool = False, in_batch: bool = False) -> ValueRule:
     if not isinstance(value, Mapping):
-        return ValueRule(_paths(value, allow_result, in_record))
+        return ValueRule(_paths(value, allow_result, in_record, in_batch))
     _no_unknown_keys(value, RULE_KEYS)
     if "template" in value:
         if len(value) > 1:
             raise ValueError("template: a value composed of others takes no path, map, default or offset")
-        return ValueRule((), template=_template(value["template"], allow_result, in_record))
+        return ValueRule((), template=_template(value["template"], allow_result, in_record, in_batch))
     if "path" not in value:
         raise ValueError("a rule table needs path (a path or a list of paths) or template")
-    paths = _paths(value["path"], allow_result, in_record)
+    paths = _paths(value["path"], allow_result, in_record, in_batch)
     value_map = value.get("map")
     if value_map is not None:
         if not isinstance(value_map, Mapping) or not value_map:
@@ -264,6 +271,20 @@ def _verdicts(value: Any, where: str) -> VerdictRules:
                 raise ValueError(f"path {items.text!r}: the records are in the result (result or result.NAME...)")
         except ValueError as error:
             raise ValueError(f"items: {error}") from None
+    names = _names(value, rule)
+    checks, check_field = None, None
+    if "checks" in value:
+        spec = value["checks"]
+        if isinstance(spec, Mapping) and "field" in spec:
+            check_field = _text(spec["field"])
+            spec = {key: item for key, item in spec.items() if key != "field"}
+        checks = ValueRule(_paths(spec.get("path") if isinstance(spec, Mapping) else spec, False, in_record=True))
+    return VerdictRules(items, tuple(names), rule("verdict"), checks, check_field, where)
+
+
+def _names(value: Mapping[str, Any], rule: Callable[[str], ValueRule]) -> tuple[tuple[str, ValueRule], ...]:
+    """What names a record's (or a batch item's) rollout, templates last; a template naming a short
+    name the table does not declare is refused."""
     names = [(attribute, rule(key)) for key, attribute in VERDICT_NAME_KEYS.items() if key in value]
     names.sort(key=lambda item: item[1].template is not None)
     declared = {attribute for attribute, _ in names}
@@ -275,15 +296,36 @@ def _verdicts(value: Any, where: str) -> VerdictRules:
             if isinstance(part, str) and part not in declared:
                 key = next(key for key, known in VERDICT_NAME_KEYS.items() if known == attribute)
                 short = next(short for short, known in TEMPLATE_NAMES.items() if known == part)
-                raise ValueError(f"{key}: template {template.text!r} names {{{short}}}, which verdicts does not declare")
-    checks, check_field = None, None
-    if "checks" in value:
-        spec = value["checks"]
-        if isinstance(spec, Mapping) and "field" in spec:
-            check_field = _text(spec["field"])
-            spec = {key: item for key, item in spec.items() if key != "field"}
-        checks = ValueRule(_paths(spec.get("path") if isinstance(spec, Mapping) else spec, False, in_record=True))
-    return VerdictRules(items, tuple(names), rule("verdict"), checks, check_field, where)
+                raise ValueError(f"{key}: template {template.text!r} names {{{short}}}, which the table does not declare")
+    return tuple(names)
+
+
+def _batch(value: Any, where: str) -> BatchRules:
+    if not isinstance(value, Mapping):
+        raise ValueError("expected a table: items, rollout_id (or task_index or task_id, and repeat), reward")
+    _no_unknown_keys(value, BATCH_KEYS)
+    if "rollout_id" not in value and not ("repeat" in value and ("task_index" in value or "task_id" in value)):
+        raise ValueError(
+            "needs rollout_id, or task_index or task_id and repeat: what names each item's rollout"
+            " (from the item, item.id, or from a list of the call's arguments at the item's position, arg.ids[i])"
+        )
+
+    def rule(key: str) -> ValueRule:
+        try:
+            return _value_rule(value[key], True, in_batch=True)
+        except ValueError as error:
+            raise ValueError(f"{key}: {error}") from None
+
+    items = None
+    if "items" in value:
+        try:
+            items = FieldPath(_text(value["items"]))
+            if items.root != "result" or items.per_item:
+                raise ValueError(f"path {items.text!r}: the items are a list in the result (result or result.NAME...)")
+        except ValueError as error:
+            raise ValueError(f"items: {error}") from None
+    outcome = tuple((attribute, rule(key)) for key, attribute in BATCH_OUTCOME_KEYS.items() if key in value)
+    return BatchRules(items, _names(value, rule), outcome, where)
 
 
 def _reward_rule(value: Any) -> Constant:
@@ -377,8 +419,9 @@ def target_from_mapping(spec: Any, skip: Skip | None = None) -> Target:
         "failure": _failure,
         "verdicts": lambda value: _verdicts(value, label),
         "reward_rule": _reward_rule,
+        "batch": lambda value: _batch(value, label),
     }
-    only = {"verdicts": semconv.ROLE_HEALTH, "reward_rule": semconv.ROLE_VERIFY}
+    only = {"verdicts": semconv.ROLE_HEALTH, "reward_rule": semconv.ROLE_VERIFY, "batch": semconv.ROLE_VERIFY}
     for key, role in only.items():
         if key in spec and spec["role"] != role:
             raise ValueError(f"{label}: {key}: applies to a {role} target, not to a {spec['role']!r} one")
@@ -404,6 +447,8 @@ def target_from_mapping(spec: Any, skip: Skip | None = None) -> Target:
     schema = read.get("schema")
     if "verdicts" in read:
         schema = DeclaredVerdictSchema(schema if schema is not None else GENERIC, read["verdicts"])
+    if "batch" in read:
+        schema = DeclaredBatchSchema(schema if schema is not None else GENERIC, read["batch"])
     return Target(
         spec["path"],
         spec["role"],

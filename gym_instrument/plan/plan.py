@@ -191,7 +191,7 @@ class Plan:
         at_start = tuple(e for e in extractors if runs_at_start(e)) if self.spans else ()
         self.start_extractors = at_start
         self.end_extractors = tuple(e for e in extractors if e not in at_start)
-        self.makes_call = bool(extractors)  # a call then gets a Call for its extractors
+        self.makes_call = bool(extractors) or self.role.needs_call  # a call then gets a Call for its extractors (or its role)
         self.defaults = defaults
         self.reads_result = defaults and self.role.reads_result(self.schema)
 
@@ -287,6 +287,8 @@ class Plan:
                 if spanless is None:
                     return None  # all it does is done before the call: it runs in its own context
             else:  # no span: the role says what its call runs in
+                if self.emits:
+                    active.started_at = time_ns()  # (the start of the spans its result makes)
                 row = self.find_row(instance, args, kwargs)
                 active.row = None if row is MISSING else row
                 spanless = role.spanless_context(self, current, active.row, setup.link_files)
@@ -334,6 +336,7 @@ class Active:
         "row",
         "setup",
         "span",
+        "started_at",
         "state",
         "token",
     )
@@ -348,6 +351,7 @@ class Active:
         self.output: str | None = None  # the output file of the run a dispatch belongs to
         self.rollout_id: Any = None  # the rollout a verify scores, as its span started (for the rewarded count)
         self.ctx: Context = _NO_CONTEXT  # Plan.start sets the call's own before it returns it
+        self.started_at = 0  # (set for a role without a span that makes spans from its result)
         self.token: object | None = None
         self.state = _RUNNING
         self.returned_at: int | None = None  # a deferred call's return (ns): its end when its wait is abandoned
@@ -490,6 +494,11 @@ class Active:
     @property
     def has_item_extractors(self) -> bool:
         return self.call is not None and bool(self.plan.end_extractors)
+
+    def count_rewarded(self, rollout_id: Any) -> None:
+        tallies = self.setup.recorder.tallies
+        if type(rollout_id) is not str or tallies.rewarded_rollouts.first(rollout_id):
+            next(tallies.rewarded)
 
     def each_item(self, item: Any, attributes: dict[str, Any]) -> None:
         call = self.call

@@ -110,6 +110,17 @@ class Emission(Protocol):
     def each_item(self, item: Any, attributes: dict[str, Any]) -> None:
         """Run the user's end extractors for one item of the result (a verdict) into ``attributes``."""
 
+    @property
+    def call(self) -> Any:
+        """The call as extractors and declared paths read it (its arguments; a role that ``needs_call``)."""
+
+    @property
+    def started_at(self) -> int:
+        """When the call started (ns since the epoch): the start of the spans made from its result."""
+
+    def count_rewarded(self, rollout_id: Any) -> None:
+        """``gym.rollout.rewarded_total``: +1 for a rollout rewarded for the first time (or a span with no rollout id)."""
+
 
 class Pending(Protocol):
     """A call whose span outlives it (:meth:`Role.defer`): the call's one end, made later, once.
@@ -137,6 +148,7 @@ class Role:
     counts_reward = False  # gym.rollout.rewarded_total, when the span got a reward
     remembers_dispatch = False  # the ended span is remembered for its health verdict
     uses_links = False  # its calls look up remembered dispatches: remember them while such a target can run
+    needs_call = False  # its hooks read the call's arguments (Emission.call), whether or not it has extractors
     ties_to_job = False  # a root span is tied to the job context the process was started with (TRACEPARENT)
     # What else a role does is a hook it overrides (the engine asks which, once per wrapped function):
     # emit (child spans from a result), spanless_context (the context a role without a span runs its

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from time import time_ns
 from typing import Any, cast
 
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span
 
 from gym_instrument import semconv
+from gym_instrument.compat import parents_in
 from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.link.memory import DispatchLink
 from gym_instrument.record.job import JobContext
-from gym_instrument.role.base import LinkedCall, Role, RoleCall, rollout_id_in
+from gym_instrument.role.base import Emission, LinkedCall, Role, RoleCall, rollout_id_in
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.declared import names_its_rollout, start_names
 from gym_instrument.schema.fields import index_value, rollout_id_string
@@ -38,6 +40,8 @@ class VerifyRole(Role):
     counts_reward = True
 
     def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
+        if schema is not None and schema.batch is not None:
+            return VERIFY_BATCH
         return VERIFY_AFTER if names_its_rollout(extractors) else self
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
@@ -130,4 +134,80 @@ def find_dispatch(call: LinkedCall, name: tuple[Any, ...], current: Context) -> 
     return link
 
 
+class BatchVerifyRole(Role):
+    """One call that scores many rollouts (TRL's reward functions, ``f(prompts, completions,
+    **columns) -> list[float]``; verl's reward manager), its target's schema declaring the batch
+    (``batch``): no span around the call; one ``gym.verify`` per item of its result, a child of
+    that item's rollout's ended dispatch span (found as :class:`VerifyAfterRole` finds it), with
+    the item's reward and the function's name (``nemo.gym.verify.function``: several reward
+    functions over one batch each give every rollout its verify), lasting as long as the call."""
+
+    name = semconv.ROLE_VERIFY
+    row_names = ("body", "request")
+    uses_links = True
+    needs_call = True  # its items are named from the call's arguments (parallel lists)
+
+    def __init__(self) -> None:
+        self.reported: set[str] = set()  # targets an item of which found no dispatch, reported once each
+
+    def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
+        return self
+
+    def finds_by_task(self, schema: RolloutSchema, extractors: Sequence[Any]) -> bool:
+        return any(attribute == semconv.TASK_ID for attribute, _ in schema.batch.names)
+
+    def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
+        tracer = emission.tracer()
+        if tracer is None:
+            return
+        facts = call.schema.batch_facts(emission.call, result)
+        if not facts:
+            return
+        ended_at = time_ns()
+        current = context.get_current()
+        names = [name for name, _, _ in facts]
+        links = emission.links.find_many(names)
+        files = emission.link_files
+        if files is not None and None in links:
+            missing = [at for at, link in enumerate(links) if link is None and names_a_rollout(names[at])]
+            if missing:
+                output = current.get(RUN_OUTPUT_KEY)
+                more = files.find(output if isinstance(output, str) else None, [names[at] for at in missing])
+                for at, link in zip(missing, more, strict=True):
+                    links[at] = link
+        function = getattr(emission.call.function, "__qualname__", None) if emission.call is not None else None
+        parent_of = parents_in(current)
+        for (name, attributes, item), link in zip(facts, links, strict=True):
+            if emission.has_item_extractors:
+                emission.each_item(item, attributes)
+            without_masked_reward(attributes)
+            if type(function) is str:
+                attributes[semconv.VERIFY_FUNCTION] = function
+            if call.framework is not None:
+                attributes[semconv.FRAMEWORK] = call.framework
+            parent = current
+            if link is not None:
+                parent = parent_of(NonRecordingSpan(link.span_context))
+                if link.rollout_id is not None:
+                    attributes[semconv.ROLLOUT_ID] = link.rollout_id
+            elif call.where not in self.reported:
+                self.reported.add(call.where)
+                _LOG.warning(
+                    "gym_instrument: %s: a batch item found no dispatch of %s (none traced in this process, none in the "
+                    "persisted links it can read); its verify span is a root span of its own. Reported once per target",
+                    call.where,
+                    _named(name) or "no rollout (its item names none)",
+                )
+            tracer.start_span(
+                semconv.SPAN_VERIFY,
+                context=parent,
+                kind=trace.SpanKind.INTERNAL,
+                attributes=attributes,
+                start_time=emission.started_at,
+            ).end(ended_at)
+            if semconv.ROLLOUT_REWARD in attributes:
+                emission.count_rewarded(attributes.get(semconv.ROLLOUT_ID))
+
+
 VERIFY_AFTER = VerifyAfterRole()
+VERIFY_BATCH = BatchVerifyRole()

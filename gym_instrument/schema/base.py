@@ -15,6 +15,7 @@ from gym_instrument.link.identity import RolloutIdentity, index_form, parse_inde
 from gym_instrument.schema.fields import MISSING, field, index_value, is_a, rollout_id_string, task_id_of
 from gym_instrument.schema.rules import (
     VerdictFacts,
+    VerdictName,
     checks_of,
     model_call_name_attributes,
     numeric_reward,
@@ -44,6 +45,8 @@ class RolloutSchema:
     # Whether its verdicts may name a rollout by task id and repeat alone (dispatches are then
     # remembered by those too: ``link.memory``'s ``by_task``).
     verdicts_name_tasks = False
+    # A verify target's calls each score a batch of rollouts when its schema declares how (``declared.BatchRules``).
+    batch: Any = None
 
     def identity(self, row: Any) -> RolloutIdentity:
         """A dispatch row's identity: task id, indices, attempt, rollout id (from the row or its index form)."""
@@ -94,6 +97,11 @@ class RolloutSchema:
     def verdict_facts(self, verdicts: Sequence[Any]) -> list[VerdictFacts]:
         """For each verdict, what names its dispatch and its span's attributes (:func:`verdict_attributes`)."""
         return [((None, None, None), verdict_attributes(None, [])) for _ in verdicts]
+
+    def batch_facts(self, call: Any, result: Any) -> list[tuple[VerdictName, dict[str, Any], Any]]:
+        """For each item a call that scores a batch returned: what names its rollout, its verify
+        span's attributes and the item (a schema that declares ``batch``). Default: none."""
+        return []
 
     def unread_result(self, result: Any) -> str | None:
         """What a health result :meth:`verdicts` read nothing from is, for a message, when that is

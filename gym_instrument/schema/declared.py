@@ -24,7 +24,7 @@ from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.fields import MISSING, rollout_id_string
 from gym_instrument.schema.paths import CallView, FieldPath
-from gym_instrument.schema.rules import VerdictFacts, checks_of, convert, names_a_rollout, verdict_attributes
+from gym_instrument.schema.rules import VerdictFacts, VerdictName, checks_of, convert, names_a_rollout, verdict_attributes
 
 _LOG = logging.getLogger("gym_instrument")
 WATCHED_CALLS = 20  # calls of a target during which its rules' paths are watched
@@ -462,3 +462,112 @@ class DeclaredVerdictSchema(RolloutSchema):
 
     def verdict_facts(self, verdicts: Sequence[Any]) -> list[VerdictFacts]:
         return self.rules.facts(verdicts)
+
+
+class _ItemView:
+    """What a batch item's paths read: the call's arguments (``arg.NAME[i]`` at the item's
+    ``position``), the call's result, and ``item``, the item itself."""
+
+    __slots__ = ("call", "item", "position", "result")
+
+    def __init__(self, call: CallView, item: Any, position: int, result: Any) -> None:
+        self.call = call
+        self.item = item
+        self.position = position
+        self.result = result
+
+    @property
+    def row(self) -> Any:
+        return self.call.row
+
+    @property
+    def instance(self) -> Any:
+        return self.call.instance
+
+    def argument(self, name: str) -> Any:
+        return self.call.argument(name)
+
+
+# A batch item's outcome by its short name: the verify span's reward, mask and failure kind.
+BATCH_OUTCOME_KEYS = {name: SHORT_NAMES[name] for name in ("reward", "masked", "failure_kind")}
+BatchFacts = tuple[VerdictName, dict[str, Any], Any]  # (what names its rollout, its span's attributes, the item)
+
+
+@dataclass(frozen=True)
+class BatchRules:
+    """What one call that scores many rollouts is, declared (``batch`` of a verify target): where
+    its items are (``items``: a path to a list; None: the result itself), what names each item's
+    rollout (a rollout id, or a task index or id and a repeat, read from the item or from parallel
+    lists of the call's arguments at the item's position, ``arg.task_id[i]``) and its outcome
+    (``reward``, ``masked``, ``failure_kind``; none declared: the base schema reads each item as a
+    verify result, a number or its ``reward``). A result in which ``items`` finds no list is logged
+    once."""
+
+    items: FieldPath | None
+    names: tuple[tuple[str, ValueRule], ...]
+    outcome: tuple[tuple[str, ValueRule], ...]
+    where: str
+    warned: set[str] = field(default_factory=set, compare=False, repr=False)
+
+    def facts(self, call: CallView, result: Any, base: RolloutSchema) -> list[BatchFacts]:
+        """For each item of the result: what names its rollout and its verify span's attributes."""
+        value = result if self.items is None else self.items.read(_ItemView(call, MISSING, 0, result))
+        if not isinstance(value, (list, tuple)):
+            if "items" not in self.warned:
+                self.warned.add("items")
+                _LOG.warning(
+                    "gym_instrument: %s: batch: %r is %s, not a list of scores; no verify span is made",
+                    self.where,
+                    self.items.text if self.items is not None else "the result",
+                    "absent" if value is MISSING else type(value).__name__,
+                )
+            return []
+        facts: list[BatchFacts] = []
+        for position, item in enumerate(value):
+            view = _ItemView(call, item, position, result)
+            read: dict[str, Any] = {}
+            for attribute, rule in (*self.names, *self.outcome):
+                converted = convert(attribute, rule.read(view, read))
+                if converted is not None:
+                    read[attribute] = converted
+            if not self.outcome:
+                read.update(base.result_attributes(item))
+            name = (
+                read.get(semconv.ROLLOUT_ID),
+                read.get(semconv.TASK_INDEX),
+                read.get(semconv.ROLLOUT_REPEAT),
+                read.get(semconv.TASK_ID),
+                read.get(semconv.ROLLOUT_ATTEMPT),
+            )
+            attributes = {key: read[key] for key in _OUTCOME_ATTRIBUTES if key in read}
+            if name[0] is not None:
+                attributes[semconv.ROLLOUT_ID] = name[0]
+            facts.append((name, attributes, item))
+        return facts
+
+
+_OUTCOME_ATTRIBUTES = (semconv.ROLLOUT_REWARD, semconv.VERIFY_MASKED, semconv.FAILURE_KIND)
+
+
+class DeclaredBatchSchema(RolloutSchema):
+    """A verify target's schema with its batch declared (``batch`` in the declarative form): one call
+    scores many rollouts; everything else is read by ``base``."""
+
+    def __init__(self, base: RolloutSchema, rules: BatchRules) -> None:
+        self.base = base
+        self.rules = rules
+        self.batch = rules
+        self.name = base.name
+        self.framework_spans = base.framework_spans
+
+    def identity(self, row: Any) -> RolloutIdentity:
+        return self.base.identity(row)
+
+    def request_rollout_id(self, request: Any) -> str | None:
+        return self.base.request_rollout_id(request)
+
+    def result_attributes(self, result: Any) -> dict[str, Any]:
+        return self.base.result_attributes(result)
+
+    def batch_facts(self, call: CallView, result: Any) -> list[BatchFacts]:
+        return self.rules.facts(call, result, self.base)

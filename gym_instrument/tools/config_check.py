@@ -27,6 +27,7 @@ from gym_instrument.schema.declared import (
     AtStart,
     AttributeRules,
     Constant,
+    DeclaredBatchSchema,
     DeclaredVerdictSchema,
     FailureRule,
     ValueRule,
@@ -95,16 +96,20 @@ def import_path(function: Callable[..., Any]) -> str:
 
 
 def _paths_of(target: Target) -> list[FieldPath]:
-    """Every path of a target's declared rules, template placeholders included."""
+    """Every path of a target's declared rules (its batch's included), template placeholders included."""
+    rules: list[ValueRule] = []
     paths: list[FieldPath] = []
     for extractor in target.extractors:
         if isinstance(extractor, AttributeRules):
-            for _, rule in extractor.rules:
-                paths.extend(rule.paths)
-                if rule.template is not None:
-                    paths.extend(part for part in rule.template.parts[1::2] if isinstance(part, FieldPath))
+            rules.extend(rule for _, rule in extractor.rules)
         elif isinstance(extractor, FailureRule):
             paths.extend((extractor.when, *extractor.error_type))
+    if isinstance(target.schema, DeclaredBatchSchema):
+        rules.extend(rule for _, rule in (*target.schema.rules.names, *target.schema.rules.outcome))
+    for rule in rules:
+        paths.extend(rule.paths)
+        if rule.template is not None:
+            paths.extend(part for part in rule.template.parts[1::2] if isinstance(part, FieldPath))
     return paths
 
 
@@ -286,6 +291,10 @@ def _check_target(target: Target, skipped: list[str], found: ConfigCheck, judged
         if rules.checks is not None:
             check_field = f", field {rules.check_field!r}" if rules.check_field else ""
             found.lines.append(f"  verdicts checks: {describe_rule(rules.checks)}{check_field}")
+    if isinstance(target.schema, DeclaredBatchSchema):
+        batch = target.schema.rules
+        found.lines.append(f"  batch: one verify span per item of {batch.items.text if batch.items else 'result'}")
+        found.lines.extend(f"  batch {name}: {describe_rule(rule)}" for name, rule in (*batch.names, *batch.outcome))
     generic = target.schema is None or target.schema.name == "generic"  # (none: the generic default)
     if judged and target.role == semconv.ROLE_DISPATCH and generic and not _names_a_rollout(target):
         found.note(
