@@ -292,3 +292,51 @@ def test_a_batch_that_cannot_work_is_refused(entry: dict[str, Any], problem: str
 
     with pytest.raises(ValueError, match=problem):
         target_from_mapping({"path": "my_loop:reward", **entry})
+
+
+CAPTURED = (
+    REWARDS
+    + """
+REWARD_FUNCS = [accuracy_reward, format_reward]  # taken when the module runs: before it is wrapped
+BY_NAME = {"format": format_reward}
+"""
+)
+
+
+def test_a_reward_function_held_by_its_module_before_it_was_wrapped_is_reported(
+    make_module: Any, instrument: Any, telemetry: Any, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gym_instrument.tools.cli import main as cli
+
+    rewards = make_module(CAPTURED)
+    targets = [{"path": f"{rewards}:{name}", "role": "verify", "batch": BATCH} for name in ("accuracy_reward", "format_reward")]
+    instrument(config={"targets": targets})
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        functions = importlib.import_module(rewards)  # wrapped when its import ends: REWARD_FUNCS holds the originals
+        for function in functions.REWARD_FUNCS:
+            function(["?"], ["4"], task_id=["add"], repeat=[0])
+    assert telemetry.spans(semconv.SPAN_VERIFY) == []  # calls through the copies are not traced (what the message says)
+    messages = [record.getMessage() for record in caplog.records if "taken before it was wrapped" in record.getMessage()]
+    assert [message.split("; calls through")[0] for message in messages] == [
+        f"gym_instrument: target {rewards}:accuracy_reward=verify: module {rewards!r} holds it in REWARD_FUNCS[0],"
+        " taken before it was wrapped",
+        f"gym_instrument: target {rewards}:format_reward=verify: module {rewards!r} holds it in REWARD_FUNCS[1],"
+        " BY_NAME['format'], taken before it was wrapped",
+    ]
+    assert all("Build such a list where the function is imported" in message for message in messages)
+    # config check says so before a run (exit 2), never "no problems".
+    functions.accuracy_reward(["?"], ["4"], task_id=["add"], repeat=[0])  # (the wrapped one, through its module, is traced)
+    assert len(telemetry.spans(semconv.SPAN_VERIFY)) == 1
+    instrument_off(rewards)
+    assert cli(["config", "check", json.dumps({"targets": targets})]) == 2
+    out = capsys.readouterr().out
+    assert f"problem: target {rewards}:format_reward: module {rewards!r} holds it in REWARD_FUNCS[1], BY_NAME['format']" in out
+    assert "no problems" not in out
+
+
+def instrument_off(module: str) -> None:
+    """Uninstrumented, and the module forgotten: config check imports it afresh, as a run would."""
+    from gym_instrument import GymInstrumentor
+
+    GymInstrumentor().uninstrument()
+    sys.modules.pop(module, None)

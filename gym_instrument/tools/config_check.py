@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,7 @@ from gym_instrument.schema.declared import (
 )
 from gym_instrument.schema.fields import MISSING
 from gym_instrument.schema.paths import FieldPath
-from gym_instrument.target.find import resolve_target
+from gym_instrument.target.find import CAPTURED_HINT, captured_copies, resolve_target
 from gym_instrument.target.target import Target
 
 
@@ -277,6 +278,13 @@ def _check_target(target: Target, skipped: list[str], found: ConfigCheck, judged
         found.problem(message)
     for message in (*(_signature_problems(target, function) if function is not None else ()), *_role_problems(target)):
         found.problem(message)
+    if function is not None and "." not in target.qualname:  # (a module's function: its module may hold copies)
+        copies = captured_copies(sys.modules.get(target.module), getattr(function, "__func__", function), target.qualname)
+        if copies:
+            found.problem(
+                f"target {target.path}: module {target.module!r} holds it in {', '.join(copies)} when it is"
+                f" imported, before it can be wrapped; {CAPTURED_HINT}"
+            )
     if target.row_arg:
         found.lines.append(f"  row: the argument {target.row_arg!r}")
     if target.when:
