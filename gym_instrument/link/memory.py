@@ -248,6 +248,7 @@ class DispatchLinks:
         self._oldest = 0  # number of the oldest batch held
         self._next = 0  # number the next sealed batch gets
         self._index_next = 0  # dispatches of lower sequence numbers are in the index
+        self._sealed_next = 0  # the sequence number the next dispatch sealed gets
         self._held = 0  # dispatches held in the batches
         self._seal_at = self._pending_length_that_seals()
         self._index: dict[Any, int] = {}  # primary key -> sequence number, of every dispatch not yet found or replaced
@@ -307,6 +308,7 @@ class DispatchLinks:
                 self._next += 1
             room = full - tail.size
             self._held += tail.add(contexts[:room], identities[:room], self.by_task)
+            self._sealed_next = ((self._next - 1) << _BATCH_BITS) + tail.size
             contexts, identities = contexts[room:], identities[room:]
         evicted = 0
         if self._held > self.capacity:
@@ -451,7 +453,8 @@ class DispatchLinks:
         found: list[tuple[tuple[int, int, int, int], str | None] | None] = []
         append = found.append
         with self._lock:
-            evicted = self._index_everything()
+            # (everything sealed and indexed already, the usual lookup of a verify after its dispatch: nothing to do)
+            evicted = self._index_everything() if self._pending or self._index_next != self._sealed_next else 0
             index, read, custom_of_index = self._index, self._read, self._custom_of_index
             bare_form, key_of = index_form, _index_key  # (locals: looked up once per pass, not per verdict)
             for verdict in verdicts:
@@ -503,7 +506,8 @@ class DispatchLinks:
                 append((entry, name))
             if consume and not index:
                 self._index = {}  # every dispatch found: its table's memory goes too (a dict never shrinks)
-        self._report(evicted)
+        if evicted:
+            self._report(evicted)
         return [None if named is None else _link(*named) for named in found]
 
     def _take_task(self, verdict: RolloutName, consume: bool) -> tuple[tuple[int, int, int, int], str | None] | None:

@@ -176,15 +176,15 @@ class BatchVerifyRole(Role):
                 for at, link in zip(missing, more, strict=True):
                     links[at] = link
         function = getattr(emission.call.function, "__qualname__", None) if emission.call is not None else None
-        parent_of = parents_in(current)
+        named = {semconv.VERIFY_FUNCTION: function} if type(function) is str else {}
+        if call.framework is not None:
+            named[semconv.FRAMEWORK] = call.framework
+        each = emission.each_item if emission.has_item_extractors else None
+        parent_of, started_at, start_span = parents_in(current), emission.started_at, tracer.start_span
         for (name, attributes, item), link in zip(facts, links, strict=True):
-            if emission.has_item_extractors:
-                emission.each_item(item, attributes)
-            without_masked_reward(attributes)
-            if type(function) is str:
-                attributes[semconv.VERIFY_FUNCTION] = function
-            if call.framework is not None:
-                attributes[semconv.FRAMEWORK] = call.framework
+            if each is not None:
+                each(item, attributes)  # (run_extractors holds what they add to the masked rule)
+            attributes.update(named)
             parent = current
             if link is not None:
                 parent = parent_of(NonRecordingSpan(link.span_context))
@@ -198,13 +198,7 @@ class BatchVerifyRole(Role):
                     call.where,
                     _named(name) or "no rollout (its item names none)",
                 )
-            tracer.start_span(
-                semconv.SPAN_VERIFY,
-                context=parent,
-                kind=trace.SpanKind.INTERNAL,
-                attributes=attributes,
-                start_time=emission.started_at,
-            ).end(ended_at)
+            start_span(semconv.SPAN_VERIFY, parent, trace.SpanKind.INTERNAL, attributes, start_time=started_at).end(ended_at)
             if semconv.ROLLOUT_REWARD in attributes:
                 emission.count_rewarded(attributes.get(semconv.ROLLOUT_ID))
 

@@ -24,7 +24,15 @@ from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.fields import MISSING, rollout_id_string
 from gym_instrument.schema.paths import CallView, FieldPath
-from gym_instrument.schema.rules import VerdictFacts, VerdictName, checks_of, convert, names_a_rollout, verdict_attributes
+from gym_instrument.schema.rules import (
+    VerdictFacts,
+    VerdictName,
+    checks_of,
+    convert,
+    names_a_rollout,
+    verdict_attributes,
+    without_masked_reward,
+)
 
 _LOG = logging.getLogger("gym_instrument")
 WATCHED_CALLS = 20  # calls of a target during which its rules' paths are watched
@@ -466,15 +474,17 @@ class DeclaredVerdictSchema(RolloutSchema):
 
 class _ItemView:
     """What a batch item's paths read: the call's arguments (``arg.NAME[i]`` at the item's
-    ``position``), the call's result, and ``item``, the item itself."""
+    ``position``; each argument looked up once per call), the call's result, and ``item``, the
+    item itself. One view per call, moved from item to item."""
 
-    __slots__ = ("call", "item", "position", "result")
+    __slots__ = ("arguments", "call", "item", "position", "result")
 
     def __init__(self, call: CallView, item: Any, position: int, result: Any) -> None:
         self.call = call
         self.item = item
         self.position = position
         self.result = result
+        self.arguments: dict[str, Any] = {}
 
     @property
     def row(self) -> Any:
@@ -485,7 +495,10 @@ class _ItemView:
         return self.call.instance
 
     def argument(self, name: str) -> Any:
-        return self.call.argument(name)
+        arguments = self.arguments
+        if name not in arguments:
+            arguments[name] = self.call.argument(name)
+        return arguments[name]
 
 
 # A batch item's outcome by its short name: the verify span's reward, mask and failure kind.
@@ -523,8 +536,9 @@ class BatchRules:
                 )
             return []
         facts: list[BatchFacts] = []
+        view = _ItemView(call, MISSING, 0, result)
         for position, item in enumerate(value):
-            view = _ItemView(call, item, position, result)
+            view.item, view.position = item, position
             read: dict[str, Any] = {}
             for attribute, rule in (*self.names, *self.outcome):
                 converted = convert(attribute, rule.read(view, read))
@@ -539,7 +553,7 @@ class BatchRules:
                 read.get(semconv.TASK_ID),
                 read.get(semconv.ROLLOUT_ATTEMPT),
             )
-            attributes = {key: read[key] for key in _OUTCOME_ATTRIBUTES if key in read}
+            attributes = without_masked_reward({key: read[key] for key in _OUTCOME_ATTRIBUTES if key in read})
             if name[0] is not None:
                 attributes[semconv.ROLLOUT_ID] = name[0]
             facts.append((name, attributes, item))
