@@ -340,3 +340,22 @@ def instrument_off(module: str) -> None:
 
     GymInstrumentor().uninstrument()
     sys.modules.pop(module, None)
+
+
+def test_the_docs_examples_of_scoring_after_the_rollout_parse_into_what_they_say() -> None:
+    from gym_instrument.config.declare import parse_config
+    from gym_instrument.role import ROLES
+    from gym_instrument.role.verify import BatchVerifyRole, VerifyAfterRole
+
+    page = (REPO / "docs" / "your-own-framework.md").read_text()
+    section = page.split("### Scoring after the rollout", 1)[1].split("### Letters", 1)[0]
+    blocks = [block.split("```", 1)[0] for block in section.split("```toml\n")[1:]]
+    _, score = parse_config(blocks[0])
+    assert isinstance(ROLES["verify"].for_target(score.schema, score.extractors), VerifyAfterRole)
+    accuracy, fmt = parse_config(blocks[1])
+    for target in (accuracy, fmt):
+        assert isinstance(ROLES["verify"].for_target(target.schema, target.extractors), BatchVerifyRole)
+        assert [(name, rule.paths[0].text) for name, rule in target.schema.batch.names] == [
+            (semconv.TASK_ID, "arg.task_id[i]"),
+            (semconv.ROLLOUT_REPEAT, "arg.repeat[i]"),
+        ]
