@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.trace import StatusCode
 
 from gym_instrument import semconv
 from gym_instrument.tools.report.figures import RunFigures
@@ -250,6 +251,26 @@ def test_a_batch_reward_function_gives_each_rollout_its_verify_under_its_dispatc
         "mul": sum(totals[3:]) / 3,
     }
     assert figures["run"]["verifies_without_dispatch"] == 0
+
+
+def test_a_batch_reward_function_that_raises_fails_the_verify_of_each_rollout_its_arguments_name(
+    loop: str, make_module: Any, instrument: Any, telemetry: Any
+) -> None:
+    rewards = make_module(REWARDS + "\n\ndef judge_reward(prompts, completions, **kwargs):\n    raise TimeoutError('judge')\n")
+    settings = batch_config(loop, rewards, BATCH)
+    settings["targets"][2]["path"] = f"{rewards}:judge_reward"
+    instrument(config=settings)
+    module, functions = importlib.import_module(loop), importlib.import_module(rewards)
+    rollouts = [module.generate(task, 0) for task in module.TASKS]
+    with pytest.raises(TimeoutError, match="judge"):  # the same exception, to the caller
+        functions.judge_reward(["?", "?"], ["4", "6"], task_id=["add", "mul"], repeat=[0, 0])
+    dispatches = {span.context.span_id: span.attributes[semconv.ROLLOUT_ID] for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    verifies = telemetry.spans(semconv.SPAN_VERIFY)
+    assert [dispatches[span.parent.span_id] for span in verifies] == [f"{r['task_id']}-r0" for r in rollouts]
+    for span in verifies:
+        assert span.status.status_code is StatusCode.ERROR and span.attributes[semconv.ERROR_TYPE] == "TimeoutError"
+        assert semconv.ROLLOUT_REWARD not in span.attributes and span.attributes[semconv.VERIFY_FUNCTION] == "judge_reward"
+    assert telemetry.metric_total(semconv.METRIC_REWARDED) == 0
 
 
 def test_a_batch_whose_items_find_no_list_or_no_dispatch_is_reported_once(

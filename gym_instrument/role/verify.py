@@ -9,6 +9,7 @@ health verdict finds it, but kept for the next verify and for the health pass.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from time import time_ns
@@ -24,10 +25,11 @@ from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.link.memory import DispatchLink
 from gym_instrument.record.job import JobContext
+from gym_instrument.record.spans import end_span
 from gym_instrument.role.base import Emission, LinkedCall, Role, RoleCall, rollout_id_in
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.declared import names_its_rollout, start_names
-from gym_instrument.schema.fields import index_value, rollout_id_string
+from gym_instrument.schema.fields import MISSING, index_value, rollout_id_string
 from gym_instrument.schema.rules import VerdictName, names_a_rollout, without_masked_reward
 
 _LOG = logging.getLogger("gym_instrument")
@@ -156,12 +158,21 @@ class BatchVerifyRole(Role):
     def finds_by_task(self, schema: RolloutSchema, extractors: Sequence[Any]) -> bool:
         return any(attribute == semconv.TASK_ID for attribute, _ in schema.batch.names)
 
+    def on_failure(self, emission: Emission, call: RoleCall, exception: BaseException) -> None:
+        # The call raised: no items, but each rollout its arguments name fails its verify.
+        names = call.schema.batch_names(emission.call)
+        if names:
+            self.emit_items(emission, call, [(name, {}, MISSING) for name in names], exception)
+
     def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
+        self.emit_items(emission, call, call.schema.batch_facts(emission.call, result), None)
+
+    def emit_items(
+        self, emission: Emission, call: RoleCall, facts: list[tuple[Any, dict[str, Any], Any]], exception: BaseException | None
+    ) -> None:
+        """One verify span per item: under its rollout's ended dispatch, failed with ``exception`` when the call raised."""
         tracer = emission.tracer()
-        if tracer is None:
-            return
-        facts = call.schema.batch_facts(emission.call, result)
-        if not facts:
+        if tracer is None or not facts:
             return
         ended_at = time_ns()
         current = context.get_current()
@@ -182,7 +193,7 @@ class BatchVerifyRole(Role):
         each = emission.each_item if emission.has_item_extractors else None
         parent_of, started_at, start_span = parents_in(current), emission.started_at, tracer.start_span
         for (name, attributes, item), link in zip(facts, links, strict=True):
-            if each is not None:
+            if each is not None and exception is None:
                 each(item, attributes)  # (run_extractors holds what they add to the masked rule)
             attributes.update(named)
             parent = current
@@ -198,7 +209,11 @@ class BatchVerifyRole(Role):
                     call.where,
                     _named(name) or "no rollout (its item names none)",
                 )
-            start_span(semconv.SPAN_VERIFY, parent, trace.SpanKind.INTERNAL, attributes, start_time=started_at).end(ended_at)
+            span = start_span(semconv.SPAN_VERIFY, parent, trace.SpanKind.INTERNAL, attributes, start_time=started_at)
+            if exception is not None:
+                end_span(span, exception, isinstance(exception, (asyncio.CancelledError, GeneratorExit)), ended_at)
+                continue
+            span.end(ended_at)
             if semconv.ROLLOUT_REWARD in attributes:
                 emission.count_rewarded(attributes.get(semconv.ROLLOUT_ID))
 

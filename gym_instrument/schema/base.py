@@ -103,6 +103,11 @@ class RolloutSchema:
         span's attributes and the item (a schema that declares ``batch``). Default: none."""
         return []
 
+    def batch_names(self, call: Any) -> list[VerdictName]:
+        """What names each item's rollout of a batch, from the call's arguments alone (a call that
+        raised: it returned no items). Default: nothing (no batch, or its names need the items)."""
+        return []
+
     def unread_result(self, result: Any) -> str | None:
         """What a health result :meth:`verdicts` read nothing from is, for a message, when that is
         not a pass with nothing to judge (None: nothing to say; a framework knows its results)."""

@@ -546,18 +546,52 @@ class BatchRules:
                     read[attribute] = converted
             if not self.outcome:
                 read.update(base.result_attributes(item))
-            name = (
-                read.get(semconv.ROLLOUT_ID),
-                read.get(semconv.TASK_INDEX),
-                read.get(semconv.ROLLOUT_REPEAT),
-                read.get(semconv.TASK_ID),
-                read.get(semconv.ROLLOUT_ATTEMPT),
-            )
+            name = _name_of(read)
             attributes = without_masked_reward({key: read[key] for key in _OUTCOME_ATTRIBUTES if key in read})
             if name[0] is not None:
                 attributes[semconv.ROLLOUT_ID] = name[0]
             facts.append((name, attributes, item))
         return facts
+
+    def names_from_arguments(self, call: CallView) -> list[VerdictName]:
+        """What names each item's rollout, read from the call's arguments alone (a call that raised
+        returned no items): position by position, until a position names no rollout (at most
+        :data:`BATCH_LIMIT`). None when a name is read from the item or the result."""
+        if any(path.root in ("item", "result") for _, rule in self.names for path in _rule_paths(rule)):
+            return []
+        view = _ItemView(call, MISSING, 0, MISSING)
+        names: list[VerdictName] = []
+        for position in range(BATCH_LIMIT):
+            view.position = position
+            read: dict[str, Any] = {}
+            for attribute, rule in self.names:
+                converted = convert(attribute, rule.read(view, read))
+                if converted is not None:
+                    read[attribute] = converted
+            name = _name_of(read)
+            if not names_a_rollout(name):
+                break
+            names.append(name)
+        return names
+
+
+BATCH_LIMIT = 1 << 20  # items of a batch named from its arguments at most
+
+
+def _rule_paths(rule: ValueRule) -> list[FieldPath]:
+    """A rule's paths, a template's placeholders included."""
+    placeholders = [part for part in rule.template.parts[1::2] if isinstance(part, FieldPath)] if rule.template else []
+    return [*rule.paths, *placeholders]
+
+
+def _name_of(read: Mapping[str, Any]) -> VerdictName:
+    return (
+        read.get(semconv.ROLLOUT_ID),
+        read.get(semconv.TASK_INDEX),
+        read.get(semconv.ROLLOUT_REPEAT),
+        read.get(semconv.TASK_ID),
+        read.get(semconv.ROLLOUT_ATTEMPT),
+    )
 
 
 _OUTCOME_ATTRIBUTES = (semconv.ROLLOUT_REWARD, semconv.VERIFY_MASKED, semconv.FAILURE_KIND)
@@ -585,3 +619,6 @@ class DeclaredBatchSchema(RolloutSchema):
 
     def batch_facts(self, call: CallView, result: Any) -> list[BatchFacts]:
         return self.rules.facts(call, result, self.base)
+
+    def batch_names(self, call: CallView) -> list[VerdictName]:
+        return self.rules.names_from_arguments(call)
