@@ -1,10 +1,12 @@
 """``verify``: one span around each scoring of a rollout, with its reward.
 
 A verify called inside its rollout's dispatch (the context names the rollout) is a child of what
-it runs in. A verify target whose declared start rules name the rollout (a rollout id, or a task
-and a repeat) is also found after its dispatch ended (generate all rollouts, then score them):
-:class:`VerifyAfterRole` makes its span a child of that ended dispatch span, found the way a
-health verdict finds it, but kept for the next verify and for the health pass.
+it runs in. Two shapes of the role, each chosen by what its target declares (``for_target``),
+join verifies called after their dispatch ended (generate every rollout, then score them):
+:class:`VerifyAfterRole`, a target whose start rules name the rollout (a rollout id, or a task and
+a repeat), and :class:`BatchVerifyRole`, a target whose ``batch`` says how one call scores many
+rollouts. Each makes its span a child of the ended dispatch span, found the way a health verdict
+finds it (:func:`find_dispatch`), but kept for the next verify and for the health pass.
 """
 
 from __future__ import annotations
