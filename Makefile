@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo demo-venv bench bench-e2e bench-e2e-smoke bench-e2e-profile fuzz e2e e2e-nemo-gym e2e-verifiers e2e-inspect e2e-envlib e2e-openenv lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
+.PHONY: venv test demo demo-venv bench bench-e2e bench-e2e-smoke bench-e2e-profile fuzz e2e e2e-nemo-gym e2e-verifiers e2e-inspect e2e-envlib e2e-openenv e2e-score-after lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,8 +69,8 @@ fuzz: venv
 	GYM_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/reliability -k property
 
 # The real frameworks from PyPI: NeMo Gym 0.4.0 and 0.7.0, verifiers 0.4.0 (vf-eval), inspect-ai 0.3.285,
-# gymnasium 1.4.0 and openenv-core 0.3.0 (each in a venv of its own).
-e2e: e2e-nemo-gym e2e-verifiers e2e-inspect e2e-envlib e2e-openenv
+# gymnasium 1.4.0, openenv-core 0.3.0 and reasoning-gym 0.1.25 (each in a venv of its own).
+e2e: e2e-nemo-gym e2e-verifiers e2e-inspect e2e-envlib e2e-openenv e2e-score-after
 
 e2e-nemo-gym:
 	$(PYTHON) -m e2e.run
@@ -86,6 +86,9 @@ e2e-envlib:
 
 e2e-openenv:
 	$(PYTHON) -m e2e.run_openenv
+
+e2e-score-after:
+	$(PYTHON) -m e2e.run_score_after
 
 # The trace viewer (Arize Phoenix), alone in its own venv: it brings its own pins of what .venv also has.
 UI_VENV := .venv-ui

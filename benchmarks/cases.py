@@ -44,6 +44,7 @@ from gym_instrument.frameworks.nemo_gym.schema import SCHEMA
 from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.plan.call import ArgLocator
+from gym_instrument.plan.engine import ENGINE
 from gym_instrument.record.metrics import tallies_for
 
 HERE = Path(__file__).resolve().parent
@@ -1355,6 +1356,220 @@ def case_hops(sizes: Sizes) -> list[Row]:
     return rows
 
 
+# ---------------------------------------------------------------------------------------------
+# after. verifies found after their dispatch ended (generate every rollout, then score them)
+
+
+def score_after(task_index: int, repeat: int) -> float:
+    """A scorer called once per rollout after every rollout was generated (its target names the rollout)."""
+    return 1.0
+
+
+def score_batch(completions: list[str], task_index: list[int], repeat: list[int]) -> list[float]:
+    """A reward function in TRL's shape: one call scores a batch, the rollouts' ids in parallel lists."""
+    return [1.0] * len(completions)
+
+
+SCORE_AFTER = {
+    "path": "cases:score_after",
+    "role": "verify",
+    "start": {"task_index": "arg.task_index", "repeat": "arg.repeat"},
+}
+SCORE_BATCH = {
+    "path": "cases:score_batch",
+    "role": "verify",
+    "batch": {"task_index": "arg.task_index[i]", "repeat": "arg.repeat[i]"},
+}
+
+
+def case_after(sizes: Sizes) -> list[Row]:
+    """Per rollout, its span under its ended dispatch, found in the dispatch memory: a verify of a
+    batch (one call scores them all) and a verify called once per rollout, against a health pass's
+    verdict; and that verify against the same verify called inside its dispatch (found by context)."""
+    provider, exporter = sdk()
+    count = sizes.verdicts
+    with instrumented([SEND_ROW, HEALTH, SCORE_AFTER, SCORE_BATCH], tracer_provider=provider):
+        send_row, run_health_checks = workload.send_row, workload.run_health_checks
+
+        def prepare(number: int) -> list[list[dict[str, Any]]]:
+            # Fresh rollouts per side (a health pass forgets what it found; a verify keeps it).
+            batches = [workload.make_rows(count, first_task=(number * 4 + side) * count) for side in range(4)]
+            for rows in batches:
+                for row in rows:
+                    send_row(row)
+            len(ENGINE.links)  # indexed now: no side pays for indexing the others' dispatches
+            return batches
+
+        def ids(rows: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+            return [row["_ng_task_index"] for row in rows], [row["_ng_rollout_index"] for row in rows]
+
+        def batch_side(batches: list[list[dict[str, Any]]]) -> float:
+            tasks, repeats = ids(batches[0])
+            completions = ["4"] * len(tasks)
+            return seconds(lambda: score_batch(completions, task_index=tasks, repeat=repeats)) / count * 1e6
+
+        def after_side(batches: list[list[dict[str, Any]]]) -> float:
+            pairs = list(zip(*ids(batches[1]), strict=True))
+            return seconds(lambda: [score_after(task, repeat) for task, repeat in pairs]) / count * 1e6
+
+        def health_side(batches: list[list[dict[str, Any]]]) -> float:
+            path = f"after-{id(batches)}/rollouts.jsonl"
+            workload.HEALTH_RESULTS[path] = workload.make_health_result(batches[2])
+            try:
+                return seconds(lambda: run_health_checks(path)) / count * 1e6
+            finally:
+                workload.HEALTH_RESULTS.pop(path, None)
+
+        def in_context_side(batches: list[list[dict[str, Any]]]) -> float:
+            # The same verify called where its rollout is in context (inside its dispatch): no lookup.
+            contexts = []
+            for row in batches[3]:
+                attributes, rollout_id = workload.rollout_attributes(row)
+                span = workload.Hand.tracer.start_span(semconv.SPAN_DISPATCH, attributes=attributes)
+                span.end()
+                contexts.append((workload._dispatch_context(span, rollout_id), row["_ng_task_index"], row["_ng_rollout_index"]))
+
+            def run() -> None:
+                for current, task, repeat in contexts:
+                    token = context_attach(current)
+                    score_after(task, repeat)
+                    context_detach(token)
+
+            return seconds(run) / count * 1e6
+
+        # Same spans: each verify (and each health verdict) the child of its rollout's ended dispatch.
+        with exporter.keeping() as spans:
+            batches = prepare(10**3)
+            batch_side(batches), after_side(batches), health_side(batches)
+        dispatches = {span.context.span_id: span for span in spans if span.name == semconv.SPAN_DISPATCH}
+        children = [span for span in spans if span.name in (semconv.SPAN_VERIFY, semconv.SPAN_HEALTH)]
+        if len(children) != 3 * count or any(
+            span.parent is None
+            or span.parent.span_id not in dispatches
+            or (dispatches[span.parent.span_id].attributes or {}).get(semconv.ROLLOUT_ID)
+            != (span.attributes or {}).get(semconv.ROLLOUT_ID)
+            for span in children
+        ):
+            raise AssertionError("after: a verify or health span is not the child of its rollout's ended dispatch")
+        del spans[:], children[:]
+        dispatches.clear()
+        batch_us, after_us, health_us, in_context_us = side_by_side(
+            sizes.verdict_rounds, prepare, batch_side, after_side, health_side, in_context_side
+        )
+    provider.shutdown()
+    finding_verify, finding_health = _finding(sizes)
+    measured = f"{count:,} rollouts generated first, then scored: per rollout, its verify span under its ended dispatch"
+    return [
+        Row(
+            "after",
+            f"{count:,} ended dispatches in the memory: finding one's span context and making it the parent, "
+            "for a verify called after it (`find_dispatch`, one lookup per call)",
+            f"verify: {_fmt(statistics.median(finding_verify))} us",
+            f"a health pass (`take_many` of its verdicts, a parent each): {_fmt(statistics.median(finding_health))} us",
+            "ratio",
+            ratios(finding_verify, finding_health),
+            "<= 1.05",
+            statistics.median(ratios(finding_verify, finding_health)) <= 1.05,
+        ),
+        Row(
+            "after",
+            f"{measured}, one call scoring the batch (TRL's reward function shape, `batch`)",
+            f"Target, per item: {_fmt(statistics.median(batch_us))} us",
+            f"a health pass over the same number of verdicts, per verdict: {_fmt(statistics.median(health_us))} us",
+            "ratio",
+            ratios(batch_us, health_us),
+            "(reference: the whole span per rollout)",
+            None,
+        ),
+        Row(
+            "after",
+            f"{measured}, one call per rollout (start rules naming it)",
+            f"Target, per call: {_fmt(statistics.median(after_us))} us",
+            f"a health pass over the same number of verdicts, per verdict: {_fmt(statistics.median(health_us))} us",
+            "ratio",
+            ratios(after_us, health_us),
+            "(reference: a call per rollout, its wrapper included)",
+            None,
+        ),
+        Row(
+            "after",
+            f"{measured}, one call per rollout, found in the memory",
+            f"Target, per call: {_fmt(statistics.median(after_us))} us",
+            f"the same verify inside its dispatch (found by context): {_fmt(statistics.median(in_context_us))} us",
+            "ratio",
+            ratios(after_us, in_context_us),
+            "(reference: what finding adds to a call)",
+            None,
+        ),
+    ]
+
+
+class _Finder:
+    """What ``role.verify.find_dispatch`` reads of a call (``LinkedCall``): the memory, no persisted links."""
+
+    def __init__(self, links: DispatchLinks) -> None:
+        self.links = links
+        self.link_files = None
+
+
+def _finding(sizes: Sizes) -> tuple[list[float], list[float]]:
+    """Per ended dispatch, in us: found by a verify after it (one name per call, as ``VerifyAfterRole``
+    does), and by a health pass (all its verdicts' names at once, as ``verdict_spans`` does), each
+    made the parent of a span in the current context."""
+    from opentelemetry import context as otel_context
+    from opentelemetry.trace import NonRecordingSpan
+
+    from gym_instrument.compat import parents_in, span_context
+    from gym_instrument.role.verify import find_dispatch
+
+    count = sizes.verdicts
+
+    def memory(first: int) -> tuple[DispatchLinks, list[tuple[Any, ...]]]:
+        links = DispatchLinks(sizes.capacity)
+        for number in range(count):
+            task, repeat = first + number // 4, number % 4
+            links.remember(
+                span_context(number + 1, number + 1, True), RolloutIdentity(None, task, repeat, None, f"{task}-{repeat}")
+            )
+        len(links)  # indexed before timing, as a pass after many dispatches finds it
+        return links, [(f"{first + n // 4}-{n % 4}", first + n // 4, n % 4) for n in range(count)]
+
+    def prepare(number: int) -> tuple[Any, Any]:
+        return memory(2 * number * count), memory((2 * number + 1) * count)
+
+    def verify_side(prepared: tuple[Any, Any]) -> float:
+        links, names = prepared[0]
+        finder, current = _Finder(links), otel_context.get_current()
+        parents = []
+
+        def run() -> None:
+            for name in names:
+                link = find_dispatch(finder, name, current)  # type: ignore[arg-type]
+                parents.append(trace.set_span_in_context(NonRecordingSpan(link.span_context), current))  # type: ignore[union-attr]
+
+        elapsed = seconds(run)
+        if len(parents) != count:
+            raise AssertionError("after: a verify found no dispatch")
+        return elapsed / count * 1e6
+
+    def health_side(prepared: tuple[Any, Any]) -> float:
+        links, names = prepared[1]
+        parents = []
+
+        def run() -> None:
+            parent_of = parents_in(otel_context.get_current())
+            for link in links.take_many(names):
+                parents.append(parent_of(NonRecordingSpan(link.span_context)))  # type: ignore[union-attr]
+
+        elapsed = seconds(run)
+        if len(parents) != count:
+            raise AssertionError("after: a verdict found no dispatch")
+        return elapsed / count * 1e6
+
+    verify_us, health_us = side_by_side(sizes.verdict_rounds, prepare, verify_side, health_side)
+    return verify_us, health_us
+
+
 CASES: dict[str, Callable[[Sizes], list[Row]]] = {
     "A": case_a,
     "B": case_b,
@@ -1366,4 +1581,5 @@ CASES: dict[str, Callable[[Sizes], list[Row]]] = {
     "parts": case_parts,
     "links": case_links,
     "hops": case_hops,
+    "after": case_after,
 }

@@ -112,6 +112,14 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   `LinkFiles.lookup` of every rollout of a run from the links its collector persisted (bare index
   names, as NeMo Gym's digests give them), in wall time, and its peak Python memory (`tracemalloc`,
   in a second pass).
+- **after.** Rollouts generated first (`send_row`, NeMo Gym's rows), then scored. Finding an ended
+  dispatch: a memory of that many ended dispatches, indexed, each found once by the code a verify
+  after its dispatch runs per call (`role.verify.find_dispatch`, the span context made the parent
+  of the current context) against a health pass's (`take_many` of every name, a parent each).
+  Then whole spans per rollout, side by side on fresh dispatches of their own: a reward function
+  scoring the batch in one call (`batch`, per item), a verify called once per rollout whose start
+  rules name it (per call), a health pass over as many verdicts (per verdict), and the per-call
+  verify called where its rollout is in context (no lookup).
 - **hops.** The package's own propagation, per request, inside a span with a rollout id in
   baggage: an `inject` target at a request function of NeMo Gym's shape (`request(method, url,
   headers=...)`, the W3C trace context and baggage into a copy of its headers) and a `receive`
@@ -292,6 +300,16 @@ def unmet(rows: list[Row]) -> str:
                 "side also checks each verdict's identity (ints in range, the bare or attempt-qualified id form), "
                 "finds the latest attempt of its (task, rollout) in the bounded memory and rebuilds the parent's span "
                 "context from it, and counts the verdict."
+            )
+        elif row.case == "after":
+            verify_us, health_us = us(row.instrumented), us(row.baseline)
+            paragraphs.append(
+                f"- **after**: {verify_us:.2f} us against {health_us:.2f} us per dispatch found. Both look their "
+                "names up in the same memory by the same code (`DispatchLinks.find_many` / `take_many`); a health "
+                "pass does it once for all its verdicts, a verify called after its dispatch once per call: each call "
+                "takes the memory's lock, builds its one-name list and its result, and makes its parent context "
+                "alone (`set_span_in_context`) where a pass copies the context once. A verify that scores a batch "
+                "(`batch`) looks its items up at once, as a health pass does (its whole span per item is the next row)."
             )
         else:
             paragraphs.append(f"- **{row.case}**: {row.median:.3f} against {row.goal}.")

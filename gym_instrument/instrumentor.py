@@ -170,6 +170,10 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if running is not None and running.link_files is not None:
                 running.link_files.close()
             link_files = LinkFiles(config.link_dir, capacity=config.link_capacity) if config.link_files else None
+        # Dispatches are found by task id and repeat too only when a target may name them so.
+        links.by_task = _tasks_named(targets)
+        if link_files is not None:
+            link_files.by_task = links.by_task
         setup = Setup(
             recorder,
             links,
@@ -205,10 +209,22 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         ENGINE.configure(Setup(Recorder(), DispatchLinks(ENGINE.links.capacity), True))
 
 
+def _tasks_named(targets: tuple[Target, ...]) -> bool:
+    """Whether a target may look a dispatch up by its task id and repeat alone (a verdict or a verify
+    after its dispatch that names no rollout id and no task index)."""
+    for target in targets:
+        role = ROLES[target.role].for_target(target.schema, target.extractors)
+        if role.finds_by_task(target.schema or DEFAULT_SCHEMA, target.extractors):
+            return True
+    return False
+
+
 def _verdicts_can_come(targets: tuple[Target, ...]) -> bool:
-    """Whether a health target could ever be wrapped: its module can be found (nothing imported
+    """Whether a health target (or another that looks up ended dispatches: a verify that names its
+    rollout after the dispatch ended) could ever be wrapped: its module can be found (nothing imported
     to know). Only then are ended dispatches remembered for verdicts; a preset's health target
     for a version of its framework without one (nemo-gym 0.4.0 has no ``rollout_health``) would
     otherwise fill the dispatch memory with entries no verdict reads. A ``@health`` function turns
     remembering on by itself (the engine does)."""
-    return any(ROLES[target.role].uses_links and target_problem(target, suggest=False) is None for target in targets)
+    looks_up = (target for target in targets if ROLES[target.role].for_target(target.schema, target.extractors).uses_links)
+    return any(target_problem(target, suggest=False) is None for target in looks_up)

@@ -38,6 +38,9 @@ AGENT_NAME: Final = "nemo.gym.agent.name"
 ROLLOUT_REWARD: Final = "nemo.gym.rollout.reward"
 VERIFY_MASKED: Final = "nemo.gym.verify.masked"
 FAILURE_KIND: Final = "nemo.gym.failure_kind"
+# The scoring function a verify span's reward comes from (its qualified name), where one call scores
+# a batch: several reward functions over one batch each give every rollout a verify span.
+VERIFY_FUNCTION: Final = "nemo.gym.verify.function"
 HEALTH_VERDICT: Final = "nemo.gym.health.verdict"
 HEALTH_CHECKS: Final = "nemo.gym.health.checks"
 # How a rollout's reward follows from its verify spans when it has several (a multi-step

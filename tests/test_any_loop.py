@@ -205,7 +205,7 @@ def test_a_result_that_yields_no_verdict_is_reported_once(
 @pytest.mark.parametrize(
     ("verdicts", "problem"),
     [
-        ({"verdict": "item.ok"}, "needs rollout_id, or task_index and repeat"),
+        ({"verdict": "item.ok"}, "needs rollout_id, or task_index or task_id and repeat"),
         ({"rollout_id": "item.id"}, "needs verdict"),
         ({"rollout_id": "row.id", "verdict": "item.ok"}, "a verdict record's fields start with item"),
         ({"rollout_id": {"template": "{task_id}"}, "verdict": "item.ok", "items": "item.x"}, "items"),
@@ -376,3 +376,79 @@ def test_every_preset_target_names_its_schema() -> None:
     for framework in FRAMEWORKS.values():
         for target in framework.preset["targets"]:
             assert "schema" in target, (framework.name, target["path"])
+
+
+# -- verdicts by task and repeat: the dispatch's declared identity names the rollout --------------
+
+
+def test_a_verdict_by_task_and_repeat_finds_its_rollout_without_the_template(loop: str, instrument: Any, telemetry: Any) -> None:
+    settings = config(loop)
+    del settings["targets"][2]["verdicts"]["rollout_id"]  # task_id and repeat alone: the dispatch's template is not repeated
+    instrument(config=settings)
+    importlib.import_module(loop).main()
+    dispatches = {span.context.span_id: span.attributes[semconv.ROLLOUT_ID] for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    health = telemetry.spans(semconv.SPAN_HEALTH)
+    assert len(health) == len(dispatches) == 6
+    for span in health:
+        assert span.parent is not None and dispatches[span.parent.span_id] == span.attributes[semconv.ROLLOUT_ID]
+    verdicts = {span.attributes[semconv.ROLLOUT_ID]: span.attributes[semconv.HEALTH_VERDICT] for span in health}
+    assert verdicts["boom-0"] == "unhealthy"
+
+
+RETRIED = """
+def run(task, repeat, attempt):
+    return {"task_id": task, "repeat": repeat}
+
+
+def judge(records):
+    return records
+"""
+
+
+def test_records_of_a_users_loop_name_task_and_repeat_through_the_generic_schema(
+    make_module: Any, instrument: Any, telemetry: Any
+) -> None:
+    """No verdicts table: the generic schema reads task_id and repeat (and attempt) from the
+    records; the latest attempt of a retried rollout wins, an attempt a retry replaced finds nothing."""
+    module = make_module(RETRIED)
+    start = {"task_id": "arg.task", "repeat": "arg.repeat", "attempt": "arg.attempt"}
+    targets = [{"path": f"{module}:run", "role": "dispatch", "start": start}, {"path": f"{module}:judge", "role": "health"}]
+    instrument(config={"targets": targets})
+    loaded = importlib.import_module(module)
+    for task, repeat, attempt in (("sum", 0, 0), ("sum", 0, 1), ("sum", 1, 0), ("max", 0, 0)):
+        loaded.run(task, repeat, attempt)
+    loaded.judge(
+        [
+            {"task_id": "sum", "repeat": 0, "verdict": True},  # the retry, attempt 1
+            {"task_id": "sum", "repeat": 1, "attempt": 0, "verdict": False},
+            {"task_id": "max", "repeat": 0, "attempt": 3, "verdict": True},  # an attempt never made
+        ]
+    )
+    dispatches = {span.context.span_id: span for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    judged = [
+        (
+            dispatches[span.parent.span_id].attributes[semconv.TASK_ID],
+            dispatches[span.parent.span_id].attributes[semconv.ROLLOUT_REPEAT],
+            dispatches[span.parent.span_id].attributes[semconv.ROLLOUT_ATTEMPT],
+            span.attributes[semconv.HEALTH_VERDICT],
+        )
+        for span in telemetry.spans(semconv.SPAN_HEALTH)
+    ]
+    assert judged == [("sum", 0, 1, "healthy"), ("sum", 1, 0, "unhealthy")]
+
+
+def test_a_health_result_that_yields_no_verdict_is_reported_once(
+    make_module: Any, instrument: Any, telemetry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    module = make_module("def judge(results):\n    return {'passed': 3, 'failed': 1}\n\ndef empty(results):\n    return []\n")
+    instrument(targets=[f"{module}:judge=health", f"{module}:empty=health"])
+    loaded = importlib.import_module(module)
+    with caplog.at_level(logging.WARNING, logger="gym_instrument"):
+        for _ in range(3):
+            loaded.judge([])
+            loaded.empty([])  # a pass with nothing to judge: nothing to say
+    messages = [record.getMessage() for record in caplog.records if "yields no verdict" in record.getMessage()]
+    assert messages == [
+        f"gym_instrument: target {module}:judge: its health result (a dict with keys ['failed', 'passed']) yields no verdict"
+        " (schema generic): no health span is made; say what it returns with verdicts. Reported once per target"
+    ]

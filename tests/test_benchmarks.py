@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-CASES = ("A", "B", "C", "D", "E", "F", "bind", "parts", "links", "hops")
+CASES = ("A", "B", "C", "D", "E", "F", "bind", "parts", "links", "hops", "after")
 
 
 def test_benchmarks_run_and_write_a_table_with_every_case(tmp_path: Path) -> None:

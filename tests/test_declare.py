@@ -117,6 +117,33 @@ def test_a_declared_target_reads_its_attributes_from_paths(loop: str, instrument
     assert telemetry.metric_total(semconv.METRIC_REWARDED) == 3
 
 
+def test_start_and_end_rules_name_a_rollouts_facts_by_the_short_names_of_verdicts(
+    loop: str, instrument: Any, telemetry: Any
+) -> None:
+    # The same configuration as above, in the vocabulary of a verdicts table: no nemo.gym.* name.
+    dispatch = {**DISPATCH, "start": {"task_id": ["row.id", "row.name"], "task_index": "row.idx", "rollout_id": "arg.episode_id"}}
+    verify = {**VERIFY, "end": {"reward": "row.reward", "masked": "row.ok", "my.own": "row.id"}}
+    instrument(config={"targets": [{"path": f"{loop}:Runner.run_episode", **dispatch}, {"path": f"{loop}:score", **verify}]})
+    module = importlib.import_module(loop)
+    _run(module, {"id": "t-a", "idx": 0}, {"name": "named", "idx": 1})
+    assert [dict(span.attributes) for span in telemetry.spans(semconv.SPAN_DISPATCH)] == [
+        {semconv.FRAMEWORK: "my_loop", semconv.TASK_ID: "t-a", semconv.TASK_INDEX: 0, semconv.ROLLOUT_ID: "ep-0"},
+        {semconv.FRAMEWORK: "my_loop", semconv.TASK_ID: "named", semconv.TASK_INDEX: 1, semconv.ROLLOUT_ID: "ep-1"},
+    ]
+    assert module.seen_baggage == ["ep-0", "ep-1"]  # a short rollout_id at the start is the baggage entry too
+    # masked = the episode's ok (true): a masked verify has no reward, by the rule of the long name.
+    assert [dict(span.attributes) for span in telemetry.spans(semconv.SPAN_VERIFY)] == [
+        {semconv.FRAMEWORK: "my_loop", semconv.ROLLOUT_ID: rollout_id, semconv.VERIFY_MASKED: True, "my.own": rollout_id}
+        for rollout_id in ("ep-0", "ep-1")
+    ]
+
+
+def test_a_table_naming_one_fact_by_its_short_and_its_long_name_is_refused() -> None:
+    entry = {"path": "m:f", "role": "dispatch", "start": {"task_id": "row.id", semconv.TASK_ID: "row.name"}}
+    with pytest.raises(ValueError, match=r"start: 'nemo.gym.task.id': the table names nemo.gym.task.id already, as 'task_id'"):
+        target_from_mapping(entry)
+
+
 def test_a_failure_that_comes_back_as_data_marks_the_span_and_counts_as_error(loop: str, instrument: Any, telemetry: Any) -> None:
     instrument(targets=[{"path": f"{loop}:Runner.run_episode", **DISPATCH}])
     module = importlib.import_module(loop)
@@ -254,9 +281,9 @@ def test_a_path_reads_fields_items_and_properties(path: str, call: Any, expected
     [
         ("task.id", "must start with row, arg.NAME, self or result"),
         ("row.__class__", "is not readable"),
-        ("row.a[x]", r"expected .field, \[N\] or .\*"),
-        ("row..a", r"expected .field, \[N\] or .\*"),
-        ("row.a*", r"expected .field, \[N\] or .\*"),
+        ("row.a[x]", r"expected .field, \[N\], \[i\] or .\*"),
+        ("row..a", r"expected .field, \[N\], \[i\] or .\*"),
+        ("row.a*", r"expected .field, \[N\], \[i\] or .\*"),
         ("arg", "must start with"),
     ],
 )

@@ -335,7 +335,7 @@ def test_a_bad_config_rule_is_logged_by_variable_target_and_key_and_the_rest_app
     process, spans = run_instrumented(tmp_path, MY_RL_MAIN, OTEL_PYTHON_GYM_CONFIG=toml)
     assert process.returncode == 0, process.stderr
     assert "OTEL_PYTHON_GYM_CONFIG" in process.stderr
-    assert "target 'my_rl.episodes:Grader.grade': end: 'nemo.gym.rollout.reward': path 'score'" in process.stderr
+    assert "target 'my_rl.episodes:Grader.grade': end: 'reward': path 'score'" in process.stderr
     assert "this rule is dropped" in process.stderr
     assert len([span for span in spans if span["name"] == semconv.SPAN_DISPATCH]) == 8  # the good target applies
     # The target with the bad rule still applies, without that rule: verify spans, no reward.

@@ -15,13 +15,13 @@ A target is a mapping (a TOML table, a JSON object, a Python dict)::
     start_extractors = []                          # extractors by import path, run before the span starts
 
     [targets.start]                                # attributes when the span starts (samplers see them)
-    "nemo.gym.task.id" = ["row.problem.id", "row.problem.title"]   # the first path that has a value
-    "nemo.gym.task.index" = "row.position"
+    task_id = ["row.problem.id", "row.problem.title"]   # the first path that has a value
+    task_index = "row.position"
 
     [targets.end]                                  # attributes after the call
-    "nemo.gym.rollout.id" = "result.attempts[-1].uid"
-    "nemo.gym.rollout.reward" = { path = "result.scores.*.value", map = { C = 1.0, I = 0.0 } }
-    "nemo.gym.rollout.repeat" = { path = "arg.epoch", offset = -1 }
+    rollout_id = "result.attempts[-1].uid"
+    reward = { path = "result.scores.*.value", map = { C = 1.0, I = 0.0 } }
+    repeat = { path = "arg.epoch", offset = -1 }
 
     [targets.failure]                              # a failure that comes back as data
     when = "result.ok"                             # this path ...
@@ -39,6 +39,12 @@ A rule is a path, a list of paths (the first that has a value), or a table with 
 and optionally ``map`` (a table of string -> value: a string value, or a bool as ``true``/``false``,
 found in it is replaced, one not found becomes ``default`` when given), ``default`` and ``offset``
 (an integer added to an int value: ``-1`` for a count from 1).
+
+A rollout's facts are named by their short names (``task_id``, ``task_index``, ``repeat``,
+``attempt``, ``rollout_id``, ``agent_name``, ``reward``, ``masked``, ``failure_kind``,
+``error_type``: :data:`~gym_instrument.schema.declared.SHORT_NAMES`), the names the ``verdicts``
+table uses; each stands for its span attribute, whose long name (``nemo.gym.task.id``) is
+accepted too. Any other name is an attribute of the user's own.
 
 Known attribute names (``nemo.gym.*``, ``error.type``) are converted by SPEC's rules: a task id
 is rendered like a row's, indices must be ints >= 0, a reward must be a finite number, ids must
@@ -68,12 +74,16 @@ from gym_instrument.frameworks import FRAMEWORKS
 from gym_instrument.lines import read_bounded
 from gym_instrument.schema.base import GENERIC, RolloutSchema
 from gym_instrument.schema.declared import (
+    BATCH_OUTCOME_KEYS,
     PRESENT,
+    SHORT_NAMES,
     TEMPLATE_NAMES,
     VERDICT_NAME_KEYS,
     AtStart,
     AttributeRules,
+    BatchRules,
     Constant,
+    DeclaredBatchSchema,
     DeclaredVerdictSchema,
     FailureRule,
     Template,
@@ -100,7 +110,9 @@ TARGET_KEYS = (
     "failure",
     "verdicts",
     "reward_rule",
+    "batch",
 )
+BATCH_KEYS = ("items", "task_id", "task_index", "repeat", "attempt", "rollout_id", "reward", "masked", "failure_kind")
 VERDICT_KEYS = ("items", "task_id", "task_index", "repeat", "attempt", "rollout_id", "verdict", "checks")
 FAILURE_KEYS = ("when", "equals", "error_type")
 RULE_KEYS = ("path", "map", "default", "offset", "template")
@@ -152,44 +164,46 @@ def _schema(name: Any) -> RolloutSchema:
     return schema
 
 
-def _paths(value: Any, allow_result: bool, in_record: bool = False) -> tuple[FieldPath, ...]:
+def _paths(value: Any, allow_result: bool, in_record: bool = False, in_batch: bool = False) -> tuple[FieldPath, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items:
         raise ValueError(f"expected a path or a list of paths, got {value!r}")
     paths = tuple(FieldPath(item) for item in items)
     for path in paths:
-        _check_root(path, allow_result, in_record)
+        _check_root(path, allow_result, in_record, in_batch)
     return paths
 
 
-def _check_root(path: FieldPath, allow_result: bool, in_record: bool) -> None:
+def _check_root(path: FieldPath, allow_result: bool, in_record: bool, in_batch: bool = False) -> None:
     if in_record and path.root != "item":
         raise ValueError(f"path {path.text!r}: a verdict record's fields start with item (the record)")
-    if path.root == "item" and not in_record:
-        raise ValueError(f"path {path.text!r}: item is a verdict record, only in verdicts")
+    if path.root == "item" and not (in_record or in_batch):
+        raise ValueError(f"path {path.text!r}: item is a verdict record or a batch's item, only in verdicts and batch")
+    if path.per_item and not in_batch:
+        raise ValueError(f"path {path.text!r}: [i] is the position of a batch's item, only in batch")
     if path.root == "result" and not allow_result:
         raise ValueError(f"path {path.text!r}: the result is not known when the span starts (use end)")
 
 
-def _template(value: Any, allow_result: bool, in_record: bool) -> Template:
+def _template(value: Any, allow_result: bool, in_record: bool, in_batch: bool = False) -> Template:
     template = Template(value)
     for part in template.parts[1::2]:
         if isinstance(part, FieldPath):
-            _check_root(part, allow_result, in_record)
+            _check_root(part, allow_result, in_record, in_batch)
     return template
 
 
-def _value_rule(value: Any, allow_result: bool, in_record: bool = False) -> ValueRule:
+def _value_rule(value: Any, allow_result: bool, in_record: bool = False, in_batch: bool = False) -> ValueRule:
     if not isinstance(value, Mapping):
-        return ValueRule(_paths(value, allow_result, in_record))
+        return ValueRule(_paths(value, allow_result, in_record, in_batch))
     _no_unknown_keys(value, RULE_KEYS)
     if "template" in value:
         if len(value) > 1:
             raise ValueError("template: a value composed of others takes no path, map, default or offset")
-        return ValueRule((), template=_template(value["template"], allow_result, in_record))
+        return ValueRule((), template=_template(value["template"], allow_result, in_record, in_batch))
     if "path" not in value:
         raise ValueError("a rule table needs path (a path or a list of paths) or template")
-    paths = _paths(value["path"], allow_result, in_record)
+    paths = _paths(value["path"], allow_result, in_record, in_batch)
     value_map = value.get("map")
     if value_map is not None:
         if not isinstance(value_map, Mapping) or not value_map:
@@ -212,15 +226,20 @@ def _value_rule(value: Any, allow_result: bool, in_record: bool = False) -> Valu
 def _rules(value: Any, allow_result: bool, where: str, skip: Skip | None) -> AttributeRules | None:
     if not isinstance(value, Mapping) or not value:
         raise ValueError("expected a table of attribute = path(s)")
-    rules = []
+    rules: list[tuple[str, ValueRule]] = []
+    named: dict[str, str] = {}  # attribute -> how the table names it
     for attribute, rule in value.items():
         try:
             if not isinstance(attribute, str) or not attribute:
                 raise ValueError(f"attribute name {attribute!r}: expected a non-empty string")
+            name = SHORT_NAMES.get(attribute, attribute)
+            if name in named:
+                raise ValueError(f"{attribute!r}: the table names {name} already, as {named[name]!r}")
             try:
-                rules.append((attribute, _value_rule(rule, allow_result)))
+                rules.append((name, _value_rule(rule, allow_result)))
             except ValueError as error:
                 raise ValueError(f"{attribute!r}: {error}") from None
+            named[name] = attribute
         except ValueError as error:
             if skip is None:
                 raise
@@ -231,12 +250,12 @@ def _rules(value: Any, allow_result: bool, where: str, skip: Skip | None) -> Att
 
 def _verdicts(value: Any, where: str) -> VerdictRules:
     if not isinstance(value, Mapping):
-        raise ValueError("expected a table: items, rollout_id (or task_index and repeat), verdict, checks")
+        raise ValueError("expected a table: items, rollout_id (or task_index or task_id, and repeat), verdict, checks")
     _no_unknown_keys(value, VERDICT_KEYS)
     if "verdict" not in value:
         raise ValueError("needs verdict (a path in the record, e.g. item.verdict; a table with map to rename values)")
-    if "rollout_id" not in value and not ("task_index" in value and "repeat" in value):
-        raise ValueError("needs rollout_id, or task_index and repeat: what names the rollout a record judges")
+    if "rollout_id" not in value and not ("repeat" in value and ("task_index" in value or "task_id" in value)):
+        raise ValueError("needs rollout_id, or task_index or task_id and repeat: what names the rollout a record judges")
 
     def rule(key: str) -> ValueRule:
         try:
@@ -252,6 +271,20 @@ def _verdicts(value: Any, where: str) -> VerdictRules:
                 raise ValueError(f"path {items.text!r}: the records are in the result (result or result.NAME...)")
         except ValueError as error:
             raise ValueError(f"items: {error}") from None
+    names = _names(value, rule)
+    checks, check_field = None, None
+    if "checks" in value:
+        spec = value["checks"]
+        if isinstance(spec, Mapping) and "field" in spec:
+            check_field = _text(spec["field"])
+            spec = {key: item for key, item in spec.items() if key != "field"}
+        checks = ValueRule(_paths(spec.get("path") if isinstance(spec, Mapping) else spec, False, in_record=True))
+    return VerdictRules(items, tuple(names), rule("verdict"), checks, check_field, where)
+
+
+def _names(value: Mapping[str, Any], rule: Callable[[str], ValueRule]) -> tuple[tuple[str, ValueRule], ...]:
+    """What names a record's (or a batch item's) rollout, templates last; a template naming a short
+    name the table does not declare is refused."""
     names = [(attribute, rule(key)) for key, attribute in VERDICT_NAME_KEYS.items() if key in value]
     names.sort(key=lambda item: item[1].template is not None)
     declared = {attribute for attribute, _ in names}
@@ -263,15 +296,36 @@ def _verdicts(value: Any, where: str) -> VerdictRules:
             if isinstance(part, str) and part not in declared:
                 key = next(key for key, known in VERDICT_NAME_KEYS.items() if known == attribute)
                 short = next(short for short, known in TEMPLATE_NAMES.items() if known == part)
-                raise ValueError(f"{key}: template {template.text!r} names {{{short}}}, which verdicts does not declare")
-    checks, check_field = None, None
-    if "checks" in value:
-        spec = value["checks"]
-        if isinstance(spec, Mapping) and "field" in spec:
-            check_field = _text(spec["field"])
-            spec = {key: item for key, item in spec.items() if key != "field"}
-        checks = ValueRule(_paths(spec.get("path") if isinstance(spec, Mapping) else spec, False, in_record=True))
-    return VerdictRules(items, tuple(names), rule("verdict"), checks, check_field, where)
+                raise ValueError(f"{key}: template {template.text!r} names {{{short}}}, which the table does not declare")
+    return tuple(names)
+
+
+def _batch(value: Any, where: str) -> BatchRules:
+    if not isinstance(value, Mapping):
+        raise ValueError("expected a table: items, rollout_id (or task_index or task_id, and repeat), reward")
+    _no_unknown_keys(value, BATCH_KEYS)
+    if "rollout_id" not in value and not ("repeat" in value and ("task_index" in value or "task_id" in value)):
+        raise ValueError(
+            "needs rollout_id, or task_index or task_id and repeat: what names each item's rollout"
+            " (from the item, item.id, or from a list of the call's arguments at the item's position, arg.ids[i])"
+        )
+
+    def rule(key: str) -> ValueRule:
+        try:
+            return _value_rule(value[key], True, in_batch=True)
+        except ValueError as error:
+            raise ValueError(f"{key}: {error}") from None
+
+    items = None
+    if "items" in value:
+        try:
+            items = FieldPath(_text(value["items"]))
+            if items.root != "result" or items.per_item:
+                raise ValueError(f"path {items.text!r}: the items are a list in the result (result or result.NAME...)")
+        except ValueError as error:
+            raise ValueError(f"items: {error}") from None
+    outcome = tuple((attribute, rule(key)) for key, attribute in BATCH_OUTCOME_KEYS.items() if key in value)
+    return BatchRules(items, _names(value, rule), outcome, where)
 
 
 def _reward_rule(value: Any) -> Constant:
@@ -365,8 +419,9 @@ def target_from_mapping(spec: Any, skip: Skip | None = None) -> Target:
         "failure": _failure,
         "verdicts": lambda value: _verdicts(value, label),
         "reward_rule": _reward_rule,
+        "batch": lambda value: _batch(value, label),
     }
-    only = {"verdicts": semconv.ROLE_HEALTH, "reward_rule": semconv.ROLE_VERIFY}
+    only = {"verdicts": semconv.ROLE_HEALTH, "reward_rule": semconv.ROLE_VERIFY, "batch": semconv.ROLE_VERIFY}
     for key, role in only.items():
         if key in spec and spec["role"] != role:
             raise ValueError(f"{label}: {key}: applies to a {role} target, not to a {spec['role']!r} one")
@@ -392,6 +447,8 @@ def target_from_mapping(spec: Any, skip: Skip | None = None) -> Target:
     schema = read.get("schema")
     if "verdicts" in read:
         schema = DeclaredVerdictSchema(schema if schema is not None else GENERIC, read["verdicts"])
+    if "batch" in read:
+        schema = DeclaredBatchSchema(schema if schema is not None else GENERIC, read["batch"])
     return Target(
         spec["path"],
         spec["role"],

@@ -1,7 +1,8 @@
 """Persisted links: ended dispatches' span contexts on disk, for a health pass in another process.
 
 A process that dispatches under tracing writes, for each ended dispatch, one line of ids: trace
-id, span id, trace flags, task index, rollout index, attempt and a custom rollout id (never row
+id, span id, trace flags, task index, rollout index, attempt, a custom rollout id and, where a
+target names rollouts by task id (``by_task``), the task id, percent-encoded (never row
 content). Lines go to a file of their own per process and run, under a hidden folder no rollout
 glob matches::
 
@@ -55,6 +56,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from opentelemetry import context
 from opentelemetry.trace import SpanContext
@@ -62,7 +64,7 @@ from opentelemetry.trace import SpanContext
 from gym_instrument.compat import span_context, span_id_of, trace_flags_of, trace_id_of
 from gym_instrument.lines import bounded_lines, too_long
 from gym_instrument.link.identity import RolloutIdentity, parse_index_form
-from gym_instrument.link.memory import DispatchLink, DispatchLinks
+from gym_instrument.link.memory import DispatchLink, DispatchLinks, RolloutName
 
 _LOG = logging.getLogger(__name__)
 
@@ -91,6 +93,21 @@ def _number(value: Any) -> Any:
     return value if type(value) is int and value >= 0 else "-"
 
 
+_TASK_ID_CHARACTERS = 512  # a longer task id is not written (its dispatch is found by its other ids)
+
+
+def _task_column(identity: RolloutIdentity) -> str:
+    task_id = identity.task_id
+    if type(task_id) is not str or not task_id or len(task_id) > _TASK_ID_CHARACTERS:
+        return "-"
+    return quote(task_id, safe="")
+
+
+def _line_with_task(context_: SpanContext, identity: RolloutIdentity) -> str:
+    """:func:`_line` with the task id as an eighth column."""
+    return _line(context_, identity)[:-1] + " " + _task_column(identity) + "\n"
+
+
 def _line(context_: SpanContext, identity: RolloutIdentity) -> str:
     """One dispatch's line: trace id, span id, flags, task index, rollout index, attempt, custom id."""
     custom = identity.rollout_id if identity.custom_id and identity.rollout_id else "-"
@@ -110,7 +127,8 @@ def _line(context_: SpanContext, identity: RolloutIdentity) -> str:
 class _Writer:
     """One process's links file for one run output (or none), appended to in whole-line batches."""
 
-    def __init__(self, folder: Path, output: str | None) -> None:
+    def __init__(self, folder: Path, output: str | None, by_task: bool = False) -> None:
+        self.line = _line_with_task if by_task else _line
         token = f"{socket.gethostname()[:_HOST_CHARACTERS]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.path = folder / f"{file_name_of(output)}.{token}{SUFFIX}"
         self.header: dict[str, Any] = {
@@ -129,7 +147,7 @@ class _Writer:
             return
         entries = pending[:count]
         del pending[:count]
-        data = "".join(map(_line, entries[0::2], entries[1::2])).encode("ascii")
+        data = "".join(map(self.line, entries[0::2], entries[1::2])).encode("ascii")
         if self.fd is None:
             self.fd = _create(self.path)
             _write_all(self.fd, (json.dumps(self.header) + "\n").encode())
@@ -241,16 +259,19 @@ class LinkFiles:
     ``directory``: the folder a setting names (None: beside the run's output only). ``enabled``:
     False persists nothing and reads nothing. ``capacity``: dispatches a read holds at once."""
 
-    def __init__(self, directory: str | None, enabled: bool = True, capacity: int = 1_000_000) -> None:
+    def __init__(self, directory: str | None, enabled: bool = True, capacity: int = 1_000_000, by_task: bool = False) -> None:
         self.directory = Path(directory) if directory else None
         self.enabled = enabled
         self.capacity = capacity
+        self.by_task = by_task  # a target names rollouts by task id: task ids are written and read too
         self._writers: dict[str | None, _Writer] = {}
         self._lock = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time: the thread's, at exit, before a read
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned: set[str] = set()
+        self._finding = threading.Lock()  # one verify's lookup at a time reads and replaces _found
+        self._found: dict[str | None, _Found] = {}  # by run output: what verifies after their dispatch read
         _ALL.add(self)
 
     # -- writing -----------------------------------------------------------------------------
@@ -282,7 +303,7 @@ class LinkFiles:
         with self._lock:
             writer = self._writers.get(output)
             if writer is None:
-                writer = self._writers[output] = _Writer(folder, output)
+                writer = self._writers[output] = _Writer(folder, output, self.by_task)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="gym-instrument-links", daemon=True)
                 self._thread.start()
@@ -361,6 +382,8 @@ class LinkFiles:
         self._flushing = threading.Lock()
         self._wake = threading.Event()
         self._thread = None
+        self._finding = threading.Lock()
+        self._found = {}
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._warned:
@@ -369,9 +392,7 @@ class LinkFiles:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def lookup(
-        self, rollout_paths: Iterable[str], verdicts: Sequence[tuple[str | None, int | None, int | None]]
-    ) -> Iterator[DispatchLink | None]:
+    def lookup(self, rollout_paths: Iterable[str], verdicts: Sequence[RolloutName]) -> Iterator[DispatchLink | None]:
         """For each verdict name in turn, the persisted dispatch of the run of ``rollout_paths`` it
         names (None where none is): the files are read streaming into a memory of ``capacity`` when
         the first is asked for, keeping only the dispatches the verdicts name, and the links are made
@@ -384,6 +405,51 @@ class LinkFiles:
         for start in range(0, len(verdicts), _CHUNK):
             yield from memory.take_many(verdicts[start : start + _CHUNK])
 
+    def find(self, output: str | None, names: Sequence[RolloutName]) -> list[DispatchLink | None]:
+        """For each name, the persisted dispatch of another process it names (None where none is),
+        kept for the next lookup (a verify after its dispatch: several may score one rollout): the
+        links of the run writing ``output`` (the run in context), else of the runs of no known
+        output in the folder a setting names. Every dispatch of those files is read once into a
+        memory of ``capacity``, read again when they changed and a name was not found (at most
+        once a second)."""
+        if not self.enabled or not names:
+            return [None] * len(names)
+        with self._finding:
+            found = self._found.get(output)
+            if found is None:
+                found = self._found[output] = _Found()
+            links: list[DispatchLink | None] = [None] * len(names)
+            if found.links is not None:
+                links = found.links.find_many(names)
+            if None in links and time.monotonic() >= found.listed_at + _FLUSH_SECONDS:
+                found.listed_at = time.monotonic()
+                files = self._files_of([output]) if output else self._files_of_no_output()
+                sizes = {path: size for path, _, size in files}
+                if sizes != found.sizes:
+                    found.sizes = sizes
+                    found.links = self._read_all(files)
+                    links = found.links.find_many(names) if found.links is not None else links
+            return links
+
+    def _files_of_no_output(self) -> list[tuple[Path, int, int]]:
+        """The links files in the folder a setting names whose runs named no output, oldest writer first."""
+        if self.directory is None:
+            return []
+        files = self._folder(self.directory, False).by_output.get(None, [])
+        return sorted(((path, started, size) for path, _, started, size in files), key=lambda item: (item[1], str(item[0])))
+
+    def _read_all(self, files: list[tuple[Path, int, int]]) -> DispatchLinks | None:
+        """Every dispatch of ``files`` (oldest writer first: a later one replaces an earlier one)."""
+        if not files:
+            return None
+        memory = DispatchLinks(self.capacity, by_task=self.by_task)
+        progress = _Progress(sum(size for _, _, size in files))
+        for path, _, _ in files:
+            for span_context_, identity in self._entries(path, progress, _EVERY):
+                memory.remember(span_context_, identity)
+        progress.done()
+        return memory
+
     def _load(self, rollout_paths: Iterable[str], named: _Named) -> DispatchLinks | None:
         """The persisted dispatches ``named`` names of the runs that wrote ``rollout_paths``, oldest
         writer first (a later dispatch of the same rollout replaces an earlier one); None when there
@@ -392,7 +458,7 @@ class LinkFiles:
         files = self._files_of(rollout_paths)
         if not files:
             return None
-        memory = DispatchLinks(self.capacity)
+        memory = DispatchLinks(self.capacity, by_task=bool(named.tasks))
         progress = _Progress(sum(size for _, _, size in files))
         remember = memory.remember
         for path, _, _ in files:
@@ -545,10 +611,14 @@ class _Named:
     """The rollouts a health pass's verdicts name: by indices (from the verdict, or its rollout id's
     index form) or by a custom rollout id. Only these are read from the files."""
 
-    def __init__(self, verdicts: Sequence[tuple[str | None, int | None, int | None]]) -> None:
+    def __init__(self, verdicts: Sequence[RolloutName]) -> None:
         self.indices: set[int | tuple[int, int]] = set()
         self.custom_ids: set[bytes] = set()
-        for rollout_id, task_index, rollout_index in verdicts:
+        self.tasks: set[tuple[str, int]] = set()  # (task id, repeat)
+        for verdict in verdicts:
+            rollout_id, task_index, rollout_index = verdict[:3]
+            if len(verdict) > 3 and type(verdict[3]) is str and type(rollout_index) is int:
+                self.tasks.add((verdict[3], rollout_index))
             if type(task_index) is int and type(rollout_index) is int:
                 self.indices.add(_indices_key(task_index, rollout_index))
             if isinstance(rollout_id, str):
@@ -558,6 +628,35 @@ class _Named:
                         self.custom_ids.add(rollout_id.encode("ascii"))
                 else:
                     self.indices.add(_indices_key(parsed[0], parsed[1]))
+
+
+class _Every:
+    """Holds every key: a read of every dispatch of the files (:meth:`LinkFiles.find`)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+class _EveryName:
+    """Names every rollout (:func:`_parse` keeps every line)."""
+
+    indices: Any = _Every()
+    custom_ids: Any = _Every()
+    tasks: Any = _Every()
+
+
+_EVERY: Any = _EveryName()
+
+
+class _Found:
+    """What :meth:`LinkFiles.find` read for one run: its dispatches, the files' sizes then, when it listed them."""
+
+    __slots__ = ("links", "listed_at", "sizes")
+
+    def __init__(self) -> None:
+        self.links: DispatchLinks | None = None
+        self.sizes: dict[Path, int] = {}
+        self.listed_at = -float("inf")
 
 
 def _indices_key(task_index: int, rollout_index: int) -> int | tuple[int, int]:
@@ -570,16 +669,22 @@ _UNNAMED: Any = object()  # a well-formed line of a rollout no verdict names
 def _parse(line: bytes, named: _Named) -> tuple[SpanContext, RolloutIdentity] | None:
     """A line's dispatch; None for a malformed line, ``_UNNAMED`` for one of a rollout ``named`` does not name."""
     parts = line.split()
-    if len(parts) != 7:
+    if len(parts) == 8:  # with the task id
+        task_id = None if parts[7] == b"-" else unquote(parts[7].decode("ascii"), errors="strict")
+    elif len(parts) == 7:
+        task_id = None
+    else:
         return None
-    trace_hex, span_hex, flags_hex, task, rollout, attempt, custom = parts
+    trace_hex, span_hex, flags_hex, task, rollout, attempt, custom = parts[:7]
     try:
         task_index = None if task == b"-" else int(task)
         rollout_index = None if rollout == b"-" else int(rollout)
         if (task_index or 0) < 0 or (rollout_index or 0) < 0:
             return None
-        if custom not in named.custom_ids and (
-            task_index is None or rollout_index is None or _indices_key(task_index, rollout_index) not in named.indices
+        if (
+            custom not in named.custom_ids
+            and (task_index is None or rollout_index is None or _indices_key(task_index, rollout_index) not in named.indices)
+            and (task_id is None or (task_id, rollout_index) not in named.tasks)
         ):
             return _UNNAMED  # type: ignore[no-any-return]
         trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
@@ -590,7 +695,7 @@ def _parse(line: bytes, named: _Named) -> tuple[SpanContext, RolloutIdentity] | 
         return None
     if not (0 < trace_id < 1 << 128 and 0 < span_id < 1 << 64):
         return None
-    identity = RolloutIdentity(None, task_index, rollout_index, attempt_index, custom_id, custom_id is not None)
+    identity = RolloutIdentity(task_id, task_index, rollout_index, attempt_index, custom_id, custom_id is not None)
     return span_context(trace_id, span_id, bool(sampled)), identity
 
 

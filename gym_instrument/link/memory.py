@@ -15,8 +15,11 @@ dispatch's path; the index costs a health pass about 0.2 us per dispatch, and ab
 dispatch until its verdict finds it.
 
 Keys: a small int for the usual ``(task index, rollout index)`` identity; a tuple for a dispatch
-with an attempt or a custom rollout id (found by its indices too, when it has them). A later
-dispatch of the same key replaces an earlier one, and a verdict finds a dispatch at most once.
+with an attempt or a custom rollout id (found by its indices too, when it has them). With
+``by_task`` (a target names rollouts by task id and repeat: a verdict record, a verify after its
+dispatch), a dispatch with a task id is also found by ``(task id, repeat)``, its latest attempt
+(or the attempt named). A later dispatch of the same key replaces an earlier one, and a verdict
+finds a dispatch at most once.
 
 Capacity bounds the dispatches held: the last ``capacity`` dispatches that ended are remembered,
 and the oldest is let go when one more ends (an eviction when nothing had found or replaced it
@@ -62,38 +65,62 @@ def _index_key(task_index: int, rollout_index: int) -> int:
 
 
 class _Keyed(NamedTuple):
-    """The key of a dispatch with an attempt or a custom rollout id."""
+    """The key of a dispatch with an attempt, a custom rollout id or a task id (``by_task``)."""
 
     custom_id: str | None
     task_index: int | None
     rollout_index: int | None
     attempt: int
+    task_id: str | None = None  # (kept with by_task only)
 
 
 _Key = int | _Keyed
+_TaskKey = tuple[str, int]  # (task id, repeat)
 
 
-def _primary(key: _Key) -> int | str:
-    """The index key a dispatch is found under: its indices when it has them, else its custom id."""
+def _primary(key: _Key) -> int | str | _TaskKey:
+    """The index key a dispatch is found under: its indices when it has them, else its custom id,
+    else its task id and repeat."""
     if type(key) is int:
         return key
-    custom_id, task_index, rollout_index, _ = key  # type: ignore[misc]
+    custom_id, task_index, rollout_index, _, task_id = key  # type: ignore[misc]
     if task_index is not None and rollout_index is not None:
         return _index_key(task_index, rollout_index)
-    return custom_id  # type: ignore[return-value]
+    if custom_id is not None:
+        return custom_id
+    return (task_id, rollout_index)  # type: ignore[return-value]
 
 
-def _named(contexts: list[SpanContext], identities: list[RolloutIdentity]) -> tuple[list[SpanContext], list[_Key]]:
+def _task_key(key: _Key) -> _TaskKey | None:
+    if not isinstance(key, _Keyed) or key.task_id is None or key.rollout_index is None:
+        return None
+    return (key.task_id, key.rollout_index)
+
+
+def _rollout_id_of(key: _Key) -> str | None:
+    """The rollout id a dispatch is named by: its custom id, else the index form of its indices (None: neither)."""
+    if type(key) is int:
+        return None  # (named by the verdict's own indices)
+    custom_id, task_index, rollout_index, attempt, _ = key  # type: ignore[misc]
+    if custom_id is not None:
+        return custom_id
+    if task_index is not None and rollout_index is not None:
+        return index_form(task_index, rollout_index, attempt)
+    return None
+
+
+def _named(contexts: list[SpanContext], identities: list[RolloutIdentity], by_task: bool) -> tuple[list[SpanContext], list[_Key]]:
     """The span contexts and keys of ended dispatches, those no verdict could name left out."""
     named, keys = [], []
     for context, identity in zip(contexts, identities, strict=True):
         task_index, rollout_index, attempt = identity.task_index, identity.rollout_index, identity.attempt
         custom_id = identity.rollout_id if identity.custom_id else None
+        task_id = identity.task_id if by_task and rollout_index is not None and type(identity.task_id) is str else None
         key: _Key
-        if custom_id is None and (task_index is None or rollout_index is None):
+        if custom_id is None and task_id is None and (task_index is None or rollout_index is None):
             continue  # nothing a verdict could name it by
-        if custom_id is not None or attempt:
-            key = _Keyed(custom_id, task_index, rollout_index, min(attempt or 0, _ATTEMPT_MAX))
+        if custom_id is not None or attempt or task_id is not None:
+            key = _Keyed(custom_id, task_index, rollout_index, min(attempt or 0, _ATTEMPT_MAX), task_id)
         else:
             try:
                 key = _index_key(task_index, rollout_index)  # type: ignore[arg-type]
@@ -106,7 +133,7 @@ def _named(contexts: list[SpanContext], identities: list[RolloutIdentity]) -> tu
 
 
 _TASK_INDEX, _ROLLOUT_INDEX = attrgetter("task_index"), attrgetter("rollout_index")
-_ATTEMPT, _CUSTOM = attrgetter("attempt"), attrgetter("custom_id")
+_ATTEMPT, _CUSTOM, _TASK_ID = attrgetter("attempt"), attrgetter("custom_id"), attrgetter("task_id")
 
 
 def _attempt(key: _Key) -> int:
@@ -132,10 +159,16 @@ class _Batch:
         self.start = 0
         self.size = 0
 
-    def add(self, contexts: list[SpanContext], identities: list[RolloutIdentity]) -> int:
-        """Append ended dispatches (those no verdict could name left out); how many were kept."""
+    def add(self, contexts: list[SpanContext], identities: list[RolloutIdentity], by_task: bool) -> int:
+        """Append ended dispatches (those no verdict could name left out); how many were kept.
+        ``by_task``: a dispatch with a task id is found by it too (not plain)."""
         plain = False
-        if self.plain and not any(map(_ATTEMPT, identities)) and not any(map(_CUSTOM, identities)):
+        if (
+            self.plain
+            and not any(map(_ATTEMPT, identities))
+            and not any(map(_CUSTOM, identities))
+            and not (by_task and any(map(_TASK_ID, identities)))
+        ):
             try:  # (None, a negative or a large index: not plain)
                 tasks, rollouts = array("Q", map(_TASK_INDEX, identities)), array("H", map(_ROLLOUT_INDEX, identities))
                 plain = max(tasks) < _SMALL_TASK
@@ -149,7 +182,7 @@ class _Batch:
                 self.keys = list(self.primaries(0))
                 self.plain = False
                 self.tasks, self.rollouts = array("Q"), array("H")
-            contexts, keys = _named(contexts, identities)
+            contexts, keys = _named(contexts, identities, by_task)
             self.keys += keys
         self.trace_ids += b"".join(map(int.to_bytes, map(trace_id_of, contexts), repeat(16), repeat("big")))  # type: ignore[arg-type]
         self.span_ids += array("Q", list(map(span_id_of, contexts)))
@@ -175,10 +208,16 @@ class _Batch:
 
 
 class DispatchLink(NamedTuple):
-    """A remembered dispatch: its span context and rollout id."""
+    """A remembered dispatch: its span context and rollout id (None: a dispatch named by its task
+    id and repeat alone had none)."""
 
     span_context: SpanContext
-    rollout_id: str
+    rollout_id: str | None
+
+
+# What names a rollout a verdict or a verify looks up: (rollout id, task index, repeat), or with a
+# task id and an attempt after them; any may be None.
+RolloutName = tuple[Any, ...]
 
 
 class DispatchLinks:
@@ -191,10 +230,11 @@ class DispatchLinks:
 
     BATCH = 1 << _BATCH_BITS  # dispatches in a batch, and pending ones moved into the batches at once
 
-    def __init__(self, capacity: int, on_evicted: Callable[[int], None] | None = None) -> None:
+    def __init__(self, capacity: int, on_evicted: Callable[[int], None] | None = None, by_task: bool = False) -> None:
         if capacity < 1:
             raise ValueError(f"link capacity must be >= 1, got {capacity}")
         self.capacity = capacity
+        self.by_task = by_task  # dispatches are found by (task id, repeat) too (see the module)
         self.on_evicted = on_evicted
         self._empty()
         _ALL_LINKS.add(self)
@@ -208,12 +248,16 @@ class DispatchLinks:
         self._oldest = 0  # number of the oldest batch held
         self._next = 0  # number the next sealed batch gets
         self._index_next = 0  # dispatches of lower sequence numbers are in the index
+        self._sealed_next = 0  # the sequence number the next dispatch sealed gets
         self._held = 0  # dispatches held in the batches
         self._seal_at = self._pending_length_that_seals()
-        self._index: dict[int | str, int] = {}  # primary key -> sequence number, of every dispatch not yet found or replaced
+        self._index: dict[Any, int] = {}  # primary key -> sequence number, of every dispatch not yet found or replaced
         # For dispatches with both indices and a custom id (the index key is then primary):
         self._custom_of_index: dict[int, str] = {}
         self._index_of_custom: dict[str, int] = {}
+        # For dispatches with a task id (by_task): (task id, repeat) -> (primary key, rollout id), and back.
+        self._primary_of_task: dict[_TaskKey, tuple[Any, str | None]] = {}
+        self._task_of_primary: dict[Any, _TaskKey] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -263,7 +307,8 @@ class DispatchLinks:
                 tail = self._batches[self._next] = _Batch()
                 self._next += 1
             room = full - tail.size
-            self._held += tail.add(contexts[:room], identities[:room])
+            self._held += tail.add(contexts[:room], identities[:room], self.by_task)
+            self._sealed_next = ((self._next - 1) << _BATCH_BITS) + tail.size
             contexts, identities = contexts[room:], identities[room:]
         evicted = 0
         if self._held > self.capacity:
@@ -293,7 +338,7 @@ class DispatchLinks:
                 continue
             first = max(batch.start, self._index_next - base)
             if first < batch.size:
-                if batch.plain and not self._custom_of_index:
+                if batch.plain and not self._custom_of_index and not self._task_of_primary:
                     index.update(zip(batch.primaries(first), range(base + first, base + batch.size), strict=True))  # at C speed
                 else:
                     keys = batch.primaries(first) if batch.plain else batch.keys[first:]
@@ -308,11 +353,17 @@ class DispatchLinks:
         index = self._index
         primary = _primary(key)
         custom_id = None if type(key) is int else key.custom_id  # type: ignore[union-attr]
-        # A later dispatch of the same indices, or of the same custom id, replaces the earlier one.
+        task = _task_key(key)
+        # A later dispatch of the same indices, custom id or task and repeat replaces the earlier one.
         if custom_id is not None and (custom_id in self._index_of_custom or custom_id in index):
             self._discard_custom(custom_id)
+        if task is not None and task in self._primary_of_task:
+            self._discard_primary(self._primary_of_task[task][0])
         if primary in index:
             self._discard_primary(primary)
+        if task is not None:
+            self._primary_of_task[task] = (primary, _rollout_id_of(key))
+            self._task_of_primary[primary] = task
         if custom_id is not None and primary != custom_id:
             self._custom_of_index[primary] = custom_id  # type: ignore[index]
             self._index_of_custom[custom_id] = primary  # type: ignore[assignment]
@@ -339,12 +390,16 @@ class DispatchLinks:
         self._evictions += evicted
         return evicted
 
-    def _discard_primary(self, key: int | str) -> None:
+    def _discard_primary(self, key: Any) -> None:
         del self._index[key]
         if type(key) is int and self._custom_of_index:
             custom_id = self._custom_of_index.pop(key, None)
             if custom_id is not None:
                 del self._index_of_custom[custom_id]
+        if self._task_of_primary:
+            task = self._task_of_primary.pop(key, None)
+            if task is not None:
+                del self._primary_of_task[task]
 
     def _discard_custom(self, custom_id: str) -> None:
         """Forget a dispatch found by its custom id, whether the id or its indices are its primary key."""
@@ -377,27 +432,43 @@ class DispatchLinks:
         """Find and forget the dispatch a verdict names (each dispatch is found at most once)."""
         return self.take_many(((rollout_id, task_index, rollout_index),))[0]
 
-    def take_many(self, verdicts: Sequence[tuple[str | None, int | None, int | None]]) -> list[DispatchLink | None]:
-        """:meth:`take` for each ``(rollout_id, task_index, rollout_index)``, in order, under one lock.
+    def take_many(self, verdicts: Sequence[RolloutName]) -> list[DispatchLink | None]:
+        """:meth:`take` for each ``(rollout_id, task_index, rollout_index[, task_id, attempt])``, in
+        order, under one lock.
 
         A verdict with an explicit rollout id (not the index form) finds the dispatch of that id
-        (:meth:`_take_custom`); any other finds the latest attempt of its indices (its own, or those
-        of its index-form id), or only the attempt an attempt-qualified id names.
+        (:meth:`_take_custom`); one with indices (or an index-form id) finds the latest attempt of
+        them, or only the attempt an attempt-qualified id names; one with neither, but a task id and
+        a repeat, finds the latest attempt of those (or the attempt it names), with ``by_task``.
         """
-        found: list[tuple[tuple[int, int, int, int], str] | None] = []
+        return self._lookup(verdicts, True)
+
+    def find_many(self, names: Sequence[RolloutName]) -> list[DispatchLink | None]:
+        """The dispatch each name names, as :meth:`take_many` finds it, but kept: a rollout scored by
+        several verifies (several reward functions, several steps) finds its dispatch every time,
+        and its health verdict still finds it after them."""
+        return self._lookup(names, False)
+
+    def _lookup(self, verdicts: Sequence[RolloutName], consume: bool) -> list[DispatchLink | None]:
+        found: list[tuple[tuple[int, int, int, int], str | None] | None] = []
         append = found.append
         with self._lock:
-            evicted = self._index_everything()
+            # (everything sealed and indexed already, the usual lookup of a verify after its dispatch: nothing to do)
+            evicted = self._index_everything() if self._pending or self._index_next != self._sealed_next else 0
             index, read, custom_of_index = self._index, self._read, self._custom_of_index
             bare_form, key_of = index_form, _index_key  # (locals: looked up once per pass, not per verdict)
-            for rollout_id, task_index, rollout_index in verdicts:
+            for verdict in verdicts:
+                rollout_id, task_index, rollout_index = verdict if len(verdict) == 3 else verdict[:3]
+                if rollout_id is None and task_index is None and len(verdict) > 3 and verdict[3] is not None:
+                    append(self._take_task(verdict, consume))  # by task id and repeat
+                    continue
                 attempt_wanted = None
                 name = None if task_index is None or rollout_index is None else bare_form(task_index, rollout_index, None)
                 if rollout_id is not None and rollout_id != name:
                     # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
                     parsed = parse_index_form(rollout_id)
                     if parsed is None:
-                        append(self._take_custom(rollout_id))
+                        append(self._take_custom(rollout_id, consume))
                         continue
                     if name is None:
                         task_index, rollout_index, attempt_wanted = parsed
@@ -410,7 +481,7 @@ class DispatchLinks:
                 elif name is None:
                     append(None)  # no indices and no id: it names nothing
                     continue
-                primary = key_of(task_index, rollout_index)  # type: ignore[arg-type]  # (both known here)
+                primary = key_of(task_index, rollout_index)  # (both known here)
                 sequence = index.get(primary)
                 if sequence is None:
                     append(None)
@@ -420,25 +491,54 @@ class DispatchLinks:
                 if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
                     append(None)  # an attempt-qualified id names an attempt a retry has replaced
                     continue
-                del index[primary]
-                if custom_of_index and (custom_id := custom_of_index.pop(primary, None)) is not None:
-                    del self._index_of_custom[custom_id]
+                custom_id = custom_of_index.get(primary) if custom_of_index else None
+                if consume:
+                    del index[primary]
+                    if custom_id is not None:
+                        del custom_of_index[primary]
+                        del self._index_of_custom[custom_id]
+                    if self._task_of_primary and (task := self._task_of_primary.pop(primary, None)) is not None:
+                        del self._primary_of_task[task]
+                if custom_id is not None:
                     name = custom_id  # found by its indices, named by its own id
                 elif attempt:
-                    name = index_form(task_index, rollout_index, attempt)  # type: ignore[arg-type]
+                    name = index_form(task_index, rollout_index, attempt)
                 append((entry, name))
-            if not index:
+            if consume and not index:
                 self._index = {}  # every dispatch found: its table's memory goes too (a dict never shrinks)
-        self._report(evicted)
+        if evicted:
+            self._report(evicted)
         return [None if named is None else _link(*named) for named in found]
 
-    def _take_custom(self, custom_id: str) -> tuple[tuple[int, int, int, int], str] | None:
-        """Under the lock: the entry of the dispatch with this custom rollout id, forgotten, and its name."""
+    def _take_task(self, verdict: RolloutName, consume: bool) -> tuple[tuple[int, int, int, int], str | None] | None:
+        """Under the lock: the entry of the latest attempt of the dispatch of ``verdict``'s task id
+        and repeat (only the attempt it names, when it names one), forgotten when ``consume``, and
+        the dispatch's rollout id."""
+        task_id, repeat = verdict[3], verdict[2]
+        found = self._primary_of_task.get((task_id, repeat)) if repeat is not None else None
+        if found is None:
+            return None
+        primary, rollout_id = found
+        sequence = self._index.get(primary)
+        if sequence is None:
+            return None
+        entry = self._read(sequence)
+        attempt_wanted = verdict[4] if len(verdict) > 4 else None
+        if attempt_wanted is not None and attempt_wanted != entry[3] and entry[3] != _ATTEMPT_MAX:
+            return None  # a retry has replaced the attempt it names
+        if consume:
+            self._discard_primary(primary)
+        return entry, rollout_id
+
+    def _take_custom(self, custom_id: str, consume: bool) -> tuple[tuple[int, int, int, int], str] | None:
+        """Under the lock: the entry of the dispatch with this custom rollout id (forgotten when
+        ``consume``), and its name."""
         primary: int | str = self._index_of_custom.get(custom_id, custom_id)
         sequence = self._index.get(primary)
         if sequence is None:
             return None
-        self._discard_primary(primary)
+        if consume:
+            self._discard_primary(primary)
         return self._read(sequence), custom_id
 
 
@@ -458,7 +558,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_forked_child)
 
 
-def _link(entry: tuple[int, int, int, int], name: str) -> DispatchLink:
+def _link(entry: tuple[int, int, int, int], name: str | None) -> DispatchLink:
     """The link of a remembered dispatch (trace id, span id, trace flags, attempt), named ``name``."""
     trace_id, span_id, flags, _ = entry
     # Our own NamedTuple, built directly.

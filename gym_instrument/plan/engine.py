@@ -53,6 +53,8 @@ class Engine:
     def configure(self, setup: Setup) -> None:
         """Record with ``setup`` from now on (remembering dispatches anyway once a @health exists)."""
         setup.remembers = setup.remembers or self.health_decorated
+        if self.health_decorated:
+            setup.links.by_task = True  # (its records may name rollouts by task id and repeat)
         self.setup = setup
 
     def expect_verdicts(self) -> None:
@@ -60,6 +62,7 @@ class Engine:
         now on, whatever the configuration."""
         self.health_decorated = True
         self.setup.remembers = True
+        self.setup.links.by_task = True  # (its records may name rollouts by task id and repeat, the generic schema's)
 
     @property
     def links(self) -> DispatchLinks:

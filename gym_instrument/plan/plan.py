@@ -132,6 +132,7 @@ class Plan:
         defaults: bool,
         binds_instance: bool,
     ) -> None:
+        role = role.for_target(schema, extractors)  # the shape of the role this target's calls play
         self.role = role
         self.role_name = role.name
         self.target = target
@@ -175,6 +176,16 @@ class Plan:
         # A role whose span may end after its call returned (Role.defer).
         self.defers = self.spans and type(role).defer is not Role.defer
 
+    @property
+    def links(self) -> Any:
+        """The remembered dispatches (``role.RoleCall``)."""
+        return ENGINE.setup.links
+
+    @property
+    def link_files(self) -> Any:
+        """Persisted links (``role.RoleCall``)."""
+        return ENGINE.setup.link_files
+
     def use_extractors(self, extractors: Sequence[Extractor], defaults: bool) -> None:
         """The user's extractors, and whether the role's own attribute rules apply (a second
         ``instrument()`` can change them on a function that stays wrapped)."""
@@ -183,7 +194,7 @@ class Plan:
         at_start = tuple(e for e in extractors if runs_at_start(e)) if self.spans else ()
         self.start_extractors = at_start
         self.end_extractors = tuple(e for e in extractors if e not in at_start)
-        self.makes_call = bool(extractors)  # a call then gets a Call for its extractors
+        self.makes_call = bool(extractors) or self.role.needs_call  # a call then gets a Call for its extractors (or its role)
         self.defaults = defaults
         self.reads_result = defaults and self.role.reads_result(self.schema)
 
@@ -266,14 +277,14 @@ class Plan:
                         active.identity = declared_identity(active.identity, attributes)
                         if active.identity is not None:
                             rollout_id = active.identity.rollout_id
-                if self.counts_reward:
-                    active.rollout_id = attributes.get(semconv.ROLLOUT_ID)
                 if self.remembers:
                     active.output = current.get(RUN_OUTPUT_KEY)  # type: ignore[assignment]  # the run it belongs to, for its persisted link
                 if self.direct and (setup.job is None or not self.ties_to_job):
                     span = active.span = tracer.start_span(self.span_name, current, self.span_kind, attributes)  # type: ignore[arg-type]  # (a role with a span has its name)
                 else:
                     span = active.span = self.open_span(self, tracer, setup.job, current, attributes)
+                if self.counts_reward:  # (after open_span: a verify after its dispatch is named by it)
+                    active.rollout_id = attributes.get(semconv.ROLLOUT_ID)
             elif self.prepares:  # no span: the role prepares the call and says what it runs in
                 spanless = role.prepare(self, instance, args, kwargs, current, setup.hops)
                 if spanless is None:
@@ -288,6 +299,8 @@ class Plan:
                     return None  # a keyword argument, changed in the call's own keywords
                 spanless = current  # a positional one: the call is made with the active's arguments
             else:  # no span: the role says what its call runs in
+                if self.emits:
+                    active.started_at = time_ns()  # (the start of the spans its result makes)
                 row = self.find_row(instance, args, kwargs)
                 active.row = None if row is MISSING else row
                 spanless = role.spanless_context(self, current, active.row, setup.link_files)
@@ -337,6 +350,7 @@ class Active:
         "row",
         "setup",
         "span",
+        "started_at",
         "state",
         "token",
     )
@@ -352,6 +366,7 @@ class Active:
         self.output: str | None = None  # the output file of the run a dispatch belongs to
         self.rollout_id: Any = None  # the rollout a verify scores, as its span started (for the rewarded count)
         self.ctx: Context = _NO_CONTEXT  # Plan.start sets the call's own before it returns it
+        self.started_at = 0  # (set for a role without a span that makes spans from its result)
         self.token: object | None = None
         self.state = _RUNNING
         self.returned_at: int | None = None  # a deferred call's return (ns): its end when its wait is abandoned
@@ -494,6 +509,11 @@ class Active:
     @property
     def has_item_extractors(self) -> bool:
         return self.call is not None and bool(self.plan.end_extractors)
+
+    def count_rewarded(self, rollout_id: Any) -> None:
+        tallies = self.setup.recorder.tallies
+        if type(rollout_id) is not str or tallies.rewarded_rollouts.first(rollout_id):
+            next(tallies.rewarded)
 
     def each_item(self, item: Any, attributes: dict[str, Any]) -> None:
         call = self.call

@@ -9,6 +9,7 @@ may use of the call in flight), never the engine's own objects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 from opentelemetry import baggage, context, trace
@@ -68,6 +69,19 @@ class RoleCall(Protocol):
         """The framework the target belongs to (a preset's name, or what a declared target says)."""
 
 
+class LinkedCall(RoleCall, Protocol):
+    """What the hooks of a role that looks up ended dispatches (``uses_links``) also know: the
+    engine's plans have it (a replayed call does not look anything up)."""
+
+    @property
+    def links(self) -> DispatchLinks:
+        """The remembered dispatches of this process."""
+
+    @property
+    def link_files(self) -> LinkFiles | None:
+        """Persisted links, for a dispatch that ran in another process (None: off)."""
+
+
 class Emission(Protocol):
     """What a role that turns results into child spans may use of the call in flight."""
 
@@ -95,6 +109,17 @@ class Emission(Protocol):
 
     def each_item(self, item: Any, attributes: dict[str, Any]) -> None:
         """Run the user's end extractors for one item of the result (a verdict) into ``attributes``."""
+
+    @property
+    def call(self) -> Any:
+        """The call as extractors and declared paths read it (its arguments; a role that ``needs_call``)."""
+
+    @property
+    def started_at(self) -> int:
+        """When the call started (ns since the epoch): the start of the spans made from its result."""
+
+    def count_rewarded(self, rollout_id: Any) -> None:
+        """``gym.rollout.rewarded_total``: +1 for a rollout rewarded for the first time (or a span with no rollout id)."""
 
 
 class Pending(Protocol):
@@ -124,6 +149,7 @@ class Role:
     counts_reward = False  # gym.rollout.rewarded_total, when the span got a reward
     remembers_dispatch = False  # the ended span is remembered for its health verdict
     uses_links = False  # its calls look up remembered dispatches: remember them while such a target can run
+    needs_call = False  # its hooks read the call's arguments (Emission.call), whether or not it has extractors
     ties_to_job = False  # a root span is tied to the job context the process was started with (TRACEPARENT)
     # What else a role does is a hook it overrides (the engine asks which, once per wrapped function):
     # emit (child spans from a result), spanless_context (the context a role without a span runs its
@@ -131,6 +157,18 @@ class Role:
     # it runs), replace_row (a role without a span that hands its call's row on changed), on_success
     # (attributes from a result), defer (a span that ends after its call returned), on_failure (what a
     # role without a span ends when its call raised).
+
+    def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
+        """The role the calls of one target play, from what the target declares (its schema, its
+        extractors; asked once, when it is wrapped, and by ``instrument()`` to know whether
+        dispatches must be remembered): a shape of this role in a class of its own (a verify that
+        names its rollout after the dispatch ended, a verify that scores a batch), or this role."""
+        return self
+
+    def finds_by_task(self, schema: RolloutSchema, extractors: Sequence[Any]) -> bool:
+        """Whether a target of this role (its schema, its extractors) may look a dispatch up by its
+        task id and repeat alone: dispatches are then remembered by those too. Default: no."""
+        return False
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         """The span's attributes at its start (the role's own rules; ``{}`` when they are off), and

@@ -6,6 +6,7 @@ ended dispatch: the live health role and ``gym-instrument replay`` both go throu
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +22,8 @@ from gym_instrument.link.memory import DispatchLink, DispatchLinks
 from gym_instrument.role.base import Emission, Role, RoleCall
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.rules import VerdictName
+
+_LOG = logging.getLogger("gym_instrument")
 
 _VERDICT_ATTRIBUTES = {verdict: {"verdict": verdict} for verdict in (*semconv.KNOWN_VERDICTS, semconv.VERDICT_OTHER)}
 
@@ -56,7 +59,8 @@ def verdict_spans(
         attributes = own if defaults else {}
         if each is not None:
             each(verdict, attributes)
-        attributes[semconv.ROLLOUT_ID] = link[1]
+        if link[1] is not None:  # (None: a dispatch named by its task id and repeat alone had no rollout id)
+            attributes[semconv.ROLLOUT_ID] = link[1]
         tracer.start_span(
             semconv.SPAN_HEALTH,
             context=parent_of(NonRecordingSpan(link[0])),
@@ -87,16 +91,24 @@ def _not_found_yet(names: list[VerdictName], found: list[DispatchLink | None]) -
     missing = [at for at, link in enumerate(found) if link is None]
     if not missing or len(missing) == len(found):
         return missing
-    seen_ids, seen_indices = set(), set()
+    seen_ids, seen_indices, seen_tasks = set(), set(), set()
     for at, link in enumerate(found):
         if link is not None:
-            rollout_id, task_index, rollout_index = names[at]
+            rollout_id, task_index, rollout_index = names[at][:3]
             seen_ids.add(link[1])
             if rollout_id is not None:
                 seen_ids.add(rollout_id)
             if task_index is not None and rollout_index is not None:
                 seen_indices.add((task_index, rollout_index))
-    return [at for at in missing if names[at][0] not in seen_ids and (names[at][1], names[at][2]) not in seen_indices]
+            if len(names[at]) > 3 and names[at][3] is not None:
+                seen_tasks.add((names[at][3], rollout_index))
+    return [
+        at
+        for at in missing
+        if names[at][0] not in seen_ids
+        and (names[at][1], names[at][2]) not in seen_indices
+        and (len(names[at]) <= 3 or (names[at][3], names[at][2]) not in seen_tasks)
+    ]
 
 
 def verdict_counts(spanned: Sequence[Any]) -> list[tuple[dict[str, str], int]]:
@@ -123,6 +135,29 @@ class HealthRole(Role):
     row_names = ("rollout_paths",)
     uses_links = True
 
+    def __init__(self) -> None:
+        self.reported: set[str] = set()  # targets whose result yielded no verdict, reported once each
+
+    def finds_by_task(self, schema: RolloutSchema, extractors: Sequence[Any]) -> bool:
+        return schema.verdicts_name_tasks
+
+    def yielded_nothing(self, call: RoleCall, result: Any) -> None:
+        """A result its schema reads no verdict from, when that is not a pass with nothing to judge:
+        logged once per target (what it is: its type and keys, never its values)."""
+        if call.where in self.reported:
+            return
+        shape = call.schema.unread_result(result)
+        if shape is None:
+            return
+        self.reported.add(call.where)
+        _LOG.warning(
+            "gym_instrument: %s: its health result (%s) yields no verdict (schema %s): no health span is made; "
+            "say what it returns with verdicts. Reported once per target",
+            call.where,
+            shape,
+            call.schema.name,
+        )
+
     def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
         tracer = emission.tracer()
         if tracer is None:
@@ -134,12 +169,15 @@ class HealthRole(Role):
             paths = rollout_paths(emission.row)
             if paths:
                 more_links = partial(files.lookup, paths)
+        verdicts = [*call.schema.verdicts(result)]
+        if not verdicts:
+            self.yielded_nothing(call, result)
         try:
             verdict_spans(
                 tracer,
                 emission.links,
                 call.schema,
-                [*call.schema.verdicts(result)],
+                verdicts,
                 spanned,
                 defaults=call.defaults,
                 each=emission.each_item if emission.has_item_extractors else None,

@@ -1,15 +1,40 @@
-"""``verify``: one span around each scoring of a rollout, with its reward."""
+"""``verify``: one span around each scoring of a rollout, with its reward.
+
+A verify called inside its rollout's dispatch (the context names the rollout) is a child of what
+it runs in. Two shapes of the role, each chosen by what its target declares (``for_target``),
+join verifies called after their dispatch ended (generate every rollout, then score them):
+:class:`VerifyAfterRole`, a target whose start rules name the rollout (a rollout id, or a task and
+a repeat), and :class:`BatchVerifyRole`, a target whose ``batch`` says how one call scores many
+rollouts. Each makes its span a child of the ended dispatch span, found the way a health verdict
+finds it (:func:`find_dispatch`), but kept for the next verify and for the health pass.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
+from collections.abc import Sequence
+from time import time_ns
+from typing import Any, cast
 
+from opentelemetry import context, trace
 from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, Span
 
 from gym_instrument import semconv
+from gym_instrument.compat import parents_in
+from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity
-from gym_instrument.role.base import Role, RoleCall, rollout_id_in
-from gym_instrument.schema.rules import without_masked_reward
+from gym_instrument.link.memory import DispatchLink
+from gym_instrument.record.job import JobContext
+from gym_instrument.record.spans import end_span
+from gym_instrument.role.base import Emission, LinkedCall, Role, RoleCall, rollout_id_in
+from gym_instrument.schema.base import RolloutSchema
+from gym_instrument.schema.declared import names_its_rollout, start_names
+from gym_instrument.schema.fields import MISSING, index_value, rollout_id_string
+from gym_instrument.schema.rules import VerdictName, names_a_rollout, without_masked_reward
+
+_LOG = logging.getLogger("gym_instrument")
 
 
 class VerifyRole(Role):
@@ -17,6 +42,11 @@ class VerifyRole(Role):
     span_name = semconv.SPAN_VERIFY
     row_names = ("body", "request")
     counts_reward = True
+
+    def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
+        if schema is not None and schema.batch is not None:
+            return VERIFY_BATCH
+        return VERIFY_AFTER if names_its_rollout(extractors) else self
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         if not call.defaults:
@@ -31,3 +61,164 @@ class VerifyRole(Role):
         # Whatever a schema reads (a user's own included), a masked verify has no reward; what the
         # end extractors and declared rules add is held to the same rule (run_extractors).
         return without_masked_reward(call.schema.verify_attributes(row, result))
+
+
+def rollout_name(attributes: dict[str, Any]) -> VerdictName:
+    """What a verify's start attributes name its rollout by: (rollout id, task index, repeat, task
+    id, attempt), as a verdict names it."""
+    task_id = attributes.get(semconv.TASK_ID)
+    return (
+        rollout_id_string(attributes.get(semconv.ROLLOUT_ID)),
+        index_value(attributes.get(semconv.TASK_INDEX)),
+        index_value(attributes.get(semconv.ROLLOUT_REPEAT)),
+        task_id if type(task_id) is str else None,
+        index_value(attributes.get(semconv.ROLLOUT_ATTEMPT)),
+    )
+
+
+def _named(name: tuple[Any, ...]) -> str:
+    """A rollout name as a message shows it: the parts it has."""
+    labels = ("rollout id", "task index", "repeat", "task id", "attempt")
+    return ", ".join(f"{label} {part!r}" for label, part in zip(labels, name, strict=False) if part is not None)
+
+
+class VerifyAfterRole(VerifyRole):
+    """A verify whose target names its rollout (declared start rules): called where no rollout is
+    in context (its dispatch has ended), its span is a child of that rollout's ended dispatch span,
+    in its trace, with the dispatch's rollout id; a rollout found nowhere is reported once per
+    target, with the id looked for, and the verify stays a span of its own."""
+
+    uses_links = True  # its calls look up ended dispatches: they are remembered while it can run
+
+    def __init__(self) -> None:
+        self.reported: set[str] = set()  # targets whose rollout was found nowhere, reported once each
+
+    def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
+        return self
+
+    def finds_by_task(self, schema: RolloutSchema, extractors: Sequence[Any]) -> bool:
+        return semconv.TASK_ID in start_names(extractors)
+
+    def open_span(
+        self, call: RoleCall, tracer: trace.Tracer, job: JobContext | None, current: Context, attributes: dict[str, Any]
+    ) -> Span:
+        if rollout_id_in(current) is None:  # (within its dispatch, or its propagated context: the usual verify)
+            name = rollout_name(attributes)
+            if names_a_rollout(name):
+                link = find_dispatch(cast("LinkedCall", call), name, current)
+                if link is not None:
+                    if link.rollout_id is not None:
+                        attributes[semconv.ROLLOUT_ID] = link.rollout_id
+                    parent = trace.set_span_in_context(NonRecordingSpan(link.span_context), current)
+                    return tracer.start_span(self.span_name, context=parent, kind=self.span_kind, attributes=attributes)
+                self.found_nowhere(call, name)
+        return super().open_span(call, tracer, job, current, attributes)
+
+    def found_nowhere(self, call: RoleCall, name: tuple[Any, ...]) -> None:
+        if call.where in self.reported:
+            return
+        self.reported.add(call.where)
+        _LOG.warning(
+            "gym_instrument: %s: a verify after its dispatch found no dispatch of %s (none traced in this process, "
+            "none in the persisted links it can read); its span is a root span of its own. Reported once per target",
+            call.where,
+            _named(name),
+        )
+
+
+def find_dispatch(call: LinkedCall, name: tuple[Any, ...], current: Context) -> DispatchLink | None:
+    """The ended dispatch ``name`` names, kept for the next verify: remembered in this process, else
+    persisted by another (the links of the run in ``current``, else of the runs of no known output
+    in the folder a setting names)."""
+    link = call.links.find_many((name,))[0]
+    files = call.link_files
+    if link is None and files is not None:
+        output = current.get(RUN_OUTPUT_KEY)
+        link = files.find(output if isinstance(output, str) else None, (name,))[0]
+    return link
+
+
+class BatchVerifyRole(Role):
+    """One call that scores many rollouts (TRL's reward functions, ``f(prompts, completions,
+    **columns) -> list[float]``; verl's reward manager), its target's schema declaring the batch
+    (``batch``): no span around the call; one ``gym.verify`` per item of its result, a child of
+    that item's rollout's ended dispatch span (found as :class:`VerifyAfterRole` finds it), with
+    the item's reward and the function's name (``nemo.gym.verify.function``: several reward
+    functions over one batch each give every rollout its verify), lasting as long as the call."""
+
+    name = semconv.ROLE_VERIFY
+    row_names = ("body", "request")
+    uses_links = True
+    needs_call = True  # its items are named from the call's arguments (parallel lists)
+
+    def __init__(self) -> None:
+        self.reported: set[str] = set()  # targets an item of which found no dispatch, reported once each
+
+    def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
+        return self
+
+    def finds_by_task(self, schema: RolloutSchema, extractors: Sequence[Any]) -> bool:
+        return any(attribute == semconv.TASK_ID for attribute, _ in schema.batch.names)
+
+    def on_failure(self, emission: Emission, call: RoleCall, exception: BaseException) -> None:
+        # The call raised: no items, but each rollout its arguments name fails its verify.
+        names = call.schema.batch_names(emission.call)
+        if names:
+            self.emit_items(emission, call, [(name, {}, MISSING) for name in names], exception)
+
+    def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
+        self.emit_items(emission, call, call.schema.batch_facts(emission.call, result), None)
+
+    def emit_items(
+        self, emission: Emission, call: RoleCall, facts: list[tuple[Any, dict[str, Any], Any]], exception: BaseException | None
+    ) -> None:
+        """One verify span per item: under its rollout's ended dispatch, failed with ``exception`` when the call raised."""
+        tracer = emission.tracer()
+        if tracer is None or not facts:
+            return
+        ended_at = time_ns()
+        current = context.get_current()
+        names = [name for name, _, _ in facts]
+        links = emission.links.find_many(names)
+        files = emission.link_files
+        if files is not None and None in links:
+            missing = [at for at, link in enumerate(links) if link is None and names_a_rollout(names[at])]
+            if missing:
+                output = current.get(RUN_OUTPUT_KEY)
+                more = files.find(output if isinstance(output, str) else None, [names[at] for at in missing])
+                for at, link in zip(missing, more, strict=True):
+                    links[at] = link
+        function = getattr(emission.call.function, "__qualname__", None) if emission.call is not None else None
+        named = {semconv.VERIFY_FUNCTION: function} if type(function) is str else {}
+        if call.framework is not None:
+            named[semconv.FRAMEWORK] = call.framework
+        each = emission.each_item if emission.has_item_extractors else None
+        parent_of, started_at, start_span = parents_in(current), emission.started_at, tracer.start_span
+        for (name, attributes, item), link in zip(facts, links, strict=True):
+            if each is not None and exception is None:
+                each(item, attributes)  # (run_extractors holds what they add to the masked rule)
+            attributes.update(named)
+            parent = current
+            if link is not None:
+                parent = parent_of(NonRecordingSpan(link.span_context))
+                if link.rollout_id is not None:
+                    attributes[semconv.ROLLOUT_ID] = link.rollout_id
+            elif call.where not in self.reported:
+                self.reported.add(call.where)
+                _LOG.warning(
+                    "gym_instrument: %s: a batch item found no dispatch of %s (none traced in this process, none in the "
+                    "persisted links it can read); its verify span is a root span of its own. Reported once per target",
+                    call.where,
+                    _named(name) or "no rollout (its item names none)",
+                )
+            span = start_span(semconv.SPAN_VERIFY, parent, trace.SpanKind.INTERNAL, attributes, start_time=started_at)
+            if exception is not None:
+                end_span(span, exception, isinstance(exception, (asyncio.CancelledError, GeneratorExit)), ended_at)
+                continue
+            span.end(ended_at)
+            if semconv.ROLLOUT_REWARD in attributes:
+                emission.count_rewarded(attributes.get(semconv.ROLLOUT_ID))
+
+
+VERIFY_AFTER = VerifyAfterRole()
+VERIFY_BATCH = BatchVerifyRole()

@@ -8,13 +8,14 @@ failure kind, verdict and checks. A framework's own schema subclasses it, beside
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gym_instrument.link.identity import RolloutIdentity, index_form, parse_index_form
 from gym_instrument.schema.fields import MISSING, field, index_value, is_a, rollout_id_string, task_id_of
 from gym_instrument.schema.rules import (
     VerdictFacts,
+    VerdictName,
     checks_of,
     model_call_name_attributes,
     numeric_reward,
@@ -41,6 +42,11 @@ class RolloutSchema:
     # What its ``receive`` targets put in a request's ASGI scope to turn the server framework's own
     # telemetry off for it (the server_telemetry setting); empty: the framework has no such switch.
     quiet_server_scope: tuple[tuple[str, Any], ...] = ()
+    # Whether its verdicts may name a rollout by task id and repeat alone (dispatches are then
+    # remembered by those too: ``link.memory``'s ``by_task``).
+    verdicts_name_tasks = False
+    # A verify target's calls each score a batch of rollouts when its schema declares how (``declared.BatchRules``).
+    batch: Any = None
 
     def identity(self, row: Any) -> RolloutIdentity:
         """A dispatch row's identity: task id, indices, attempt, rollout id (from the row or its index form)."""
@@ -92,6 +98,21 @@ class RolloutSchema:
         """For each verdict, what names its dispatch and its span's attributes (:func:`verdict_attributes`)."""
         return [((None, None, None), verdict_attributes(None, [])) for _ in verdicts]
 
+    def batch_facts(self, call: Any, result: Any) -> list[tuple[VerdictName, dict[str, Any], Any]]:
+        """For each item a call that scores a batch returned: what names its rollout, its verify
+        span's attributes and the item (a schema that declares ``batch``). Default: none."""
+        return []
+
+    def batch_names(self, call: Any) -> list[VerdictName]:
+        """What names each item's rollout of a batch, from the call's arguments alone (a call that
+        raised: it returned no items). Default: nothing (no batch, or its names need the items)."""
+        return []
+
+    def unread_result(self, result: Any) -> str | None:
+        """What a health result :meth:`verdicts` read nothing from is, for a message, when that is
+        not a pass with nothing to judge (None: nothing to say; a framework knows its results)."""
+        return None
+
 
 def _first(row: Any, names: tuple[str, ...]) -> Any:
     for name in names:
@@ -107,10 +128,12 @@ class GenericSchema(RolloutSchema):
     ``attempt`` and ``rollout_id`` (else the index form of the two indices); a verify request's
     ``rollout_id``; a verify result that is a number, or its ``reward``; a health result that is a
     list of records (or has one as ``rollouts`` or ``verdicts``), each naming its rollout by
-    ``rollout_id`` or ``task_index`` + ``repeat``, with a ``verdict`` (a bool: healthy/unhealthy)
-    and ``checks`` (strings, or records with a ``check`` or ``name``)."""
+    ``rollout_id``, ``task_index`` + ``repeat`` or ``task_id`` + ``repeat`` (and ``attempt``), with
+    a ``verdict`` (a bool: healthy/unhealthy) and ``checks`` (strings, or records with a ``check``
+    or ``name``)."""
 
     name = "generic"
+    verdicts_name_tasks = True
 
     def identity(self, row: Any) -> RolloutIdentity:
         if row is None or is_a(row, (str, bytes, int, float)):
@@ -149,6 +172,15 @@ class GenericSchema(RolloutSchema):
                 return records  # type: ignore[no-any-return]
         return (result,) if field(result, "verdict") is not MISSING else ()
 
+    def unread_result(self, result: Any) -> str | None:
+        if result is None or is_a(result, (list, tuple)) or self.verdicts(result):
+            return None
+        if any(is_a(field(result, name), (list, tuple)) for name in ("rollouts", "verdicts")):
+            return None  # an empty list of records: nothing was judged
+        if is_a(result, Mapping):
+            return f"a {type(result).__name__} with keys {sorted(map(str, result))[:12]}"
+        return f"a {type(result).__name__}"
+
     def verdict_facts(self, verdicts: Sequence[Any]) -> list[VerdictFacts]:
         facts: list[VerdictFacts] = []
         for record in verdicts:
@@ -162,6 +194,8 @@ class GenericSchema(RolloutSchema):
                     rollout_id_string(field(record, "rollout_id")),
                     index_value(field(record, "task_index")),
                     index_value(_first(record, _REPEAT_FIELDS)),
+                    task_id_of(record, ("task_id",)),
+                    index_value(field(record, "attempt")),
                 )
                 facts.append((name, verdict_attributes(verdict, names)))
             except Exception:  # a record that cannot be read names no rollout

@@ -24,19 +24,36 @@ from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.fields import MISSING, rollout_id_string
 from gym_instrument.schema.paths import CallView, FieldPath
-from gym_instrument.schema.rules import VerdictFacts, checks_of, convert, verdict_attributes
+from gym_instrument.schema.rules import (
+    VerdictFacts,
+    VerdictName,
+    checks_of,
+    convert,
+    names_a_rollout,
+    verdict_attributes,
+    without_masked_reward,
+)
 
 _LOG = logging.getLogger("gym_instrument")
 WATCHED_CALLS = 20  # calls of a target during which its rules' paths are watched
 
 
-# A template's short names: the identity attributes of the same table (or verdict record).
-TEMPLATE_NAMES = {
+# One vocabulary for a rollout's facts in every table of the declarative form (``start``, ``end``,
+# ``verdicts``): the short name a user writes and the span attribute (SPEC's name) it stands for.
+SHORT_NAMES = {
     "task_id": semconv.TASK_ID,
     "task_index": semconv.TASK_INDEX,
     "repeat": semconv.ROLLOUT_REPEAT,
     "attempt": semconv.ROLLOUT_ATTEMPT,
+    "rollout_id": semconv.ROLLOUT_ID,
+    "agent_name": semconv.AGENT_NAME,
+    "reward": semconv.ROLLOUT_REWARD,
+    "masked": semconv.VERIFY_MASKED,
+    "failure_kind": semconv.FAILURE_KIND,
+    "error_type": semconv.ERROR_TYPE,
 }
+# A template's short names: the identity attributes of the same table (or verdict record).
+TEMPLATE_NAMES = {name: SHORT_NAMES[name] for name in ("task_id", "task_index", "repeat", "attempt")}
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
@@ -230,6 +247,22 @@ class AttributeRules:
             )
 
 
+def start_names(extractors: Sequence[Any]) -> set[str]:
+    """The attributes a target's declared start rules read."""
+    read: set[str] = set()
+    for extractor in extractors:
+        if isinstance(extractor, AttributeRules) and extractor.at_start:
+            read.update(name for name, _ in extractor.rules)
+    return read
+
+
+def names_its_rollout(extractors: Sequence[Any]) -> bool:
+    """Whether a target's declared start rules name the rollout its calls belong to: a rollout id
+    (a path or a template), or a task (its index or its id) and a repeat."""
+    read = start_names(extractors)
+    return semconv.ROLLOUT_ID in read or (semconv.ROLLOUT_REPEAT in read and bool(read & {semconv.TASK_INDEX, semconv.TASK_ID}))
+
+
 PRESENT: Any = type("Present", (), {"__repr__": lambda self: "PRESENT"})()
 """A :class:`FailureRule`'s ``equals`` when the rule fires for any value that is present and not None."""
 
@@ -303,13 +336,7 @@ class _RecordView:
 
 
 # The attributes that name a verdict's rollout, in the order they are read (a template last).
-VERDICT_NAME_KEYS = {
-    "task_id": semconv.TASK_ID,
-    "task_index": semconv.TASK_INDEX,
-    "repeat": semconv.ROLLOUT_REPEAT,
-    "attempt": semconv.ROLLOUT_ATTEMPT,
-    "rollout_id": semconv.ROLLOUT_ID,
-}
+VERDICT_NAME_KEYS = {name: SHORT_NAMES[name] for name in ("task_id", "task_index", "repeat", "attempt", "rollout_id")}
 
 
 class _Keyed:
@@ -385,11 +412,21 @@ class VerdictRules:
             rollout_id = read.get(semconv.ROLLOUT_ID)
             if rollout_id is None and key is not None:
                 rollout_id = rollout_id_string(key) if not isinstance(key, int) else None
-            name = (rollout_id, read.get(semconv.TASK_INDEX), read.get(semconv.ROLLOUT_REPEAT))
+            name = (
+                rollout_id,
+                read.get(semconv.TASK_INDEX),
+                read.get(semconv.ROLLOUT_REPEAT),
+                read.get(semconv.TASK_ID),
+                read.get(semconv.ROLLOUT_ATTEMPT),
+            )
             if verdict is MISSING or verdict is None:
                 self._warn("verdict", "a record has no verdict (%s): %s", self.verdict_text, _shape(record))
-            elif name == (None, None, None):
-                self._warn("name", "a record names no rollout (no rollout id, task index + repeat): %s", _shape(record))
+            elif not names_a_rollout(name):
+                self._warn(
+                    "name",
+                    "a record names no rollout (no rollout id, task index + repeat or task id + repeat): %s",
+                    _shape(record),
+                )
             facts.append((name, verdict_attributes(verdict, checks)))
         return facts
 
@@ -414,6 +451,7 @@ class DeclaredVerdictSchema(RolloutSchema):
         self.rules = rules
         self.name = base.name
         self.framework_spans = base.framework_spans
+        self.verdicts_name_tasks = any(attribute == semconv.TASK_ID for attribute, _ in rules.names)
 
     def identity(self, row: Any) -> RolloutIdentity:
         return self.base.identity(row)
@@ -432,3 +470,155 @@ class DeclaredVerdictSchema(RolloutSchema):
 
     def verdict_facts(self, verdicts: Sequence[Any]) -> list[VerdictFacts]:
         return self.rules.facts(verdicts)
+
+
+class _ItemView:
+    """What a batch item's paths read: the call's arguments (``arg.NAME[i]`` at the item's
+    ``position``; each argument looked up once per call), the call's result, and ``item``, the
+    item itself. One view per call, moved from item to item."""
+
+    __slots__ = ("arguments", "call", "item", "position", "result")
+
+    def __init__(self, call: CallView, item: Any, position: int, result: Any) -> None:
+        self.call = call
+        self.item = item
+        self.position = position
+        self.result = result
+        self.arguments: dict[str, Any] = {}
+
+    @property
+    def row(self) -> Any:
+        return self.call.row
+
+    @property
+    def instance(self) -> Any:
+        return self.call.instance
+
+    def argument(self, name: str) -> Any:
+        arguments = self.arguments
+        if name not in arguments:
+            arguments[name] = self.call.argument(name)
+        return arguments[name]
+
+
+# A batch item's outcome by its short name: the verify span's reward, mask and failure kind.
+BATCH_OUTCOME_KEYS = {name: SHORT_NAMES[name] for name in ("reward", "masked", "failure_kind")}
+BatchFacts = tuple[VerdictName, dict[str, Any], Any]  # (what names its rollout, its span's attributes, the item)
+
+
+@dataclass(frozen=True)
+class BatchRules:
+    """What one call that scores many rollouts is, declared (``batch`` of a verify target): where
+    its items are (``items``: a path to a list; None: the result itself), what names each item's
+    rollout (a rollout id, or a task index or id and a repeat, read from the item or from parallel
+    lists of the call's arguments at the item's position, ``arg.task_id[i]``) and its outcome
+    (``reward``, ``masked``, ``failure_kind``; none declared: the base schema reads each item as a
+    verify result, a number or its ``reward``). A result in which ``items`` finds no list is logged
+    once."""
+
+    items: FieldPath | None
+    names: tuple[tuple[str, ValueRule], ...]
+    outcome: tuple[tuple[str, ValueRule], ...]
+    where: str
+    warned: set[str] = field(default_factory=set, compare=False, repr=False)
+
+    def facts(self, call: CallView, result: Any, base: RolloutSchema) -> list[BatchFacts]:
+        """For each item of the result: what names its rollout and its verify span's attributes."""
+        value = result if self.items is None else self.items.read(_ItemView(call, MISSING, 0, result))
+        if not isinstance(value, (list, tuple)):
+            if "items" not in self.warned:
+                self.warned.add("items")
+                _LOG.warning(
+                    "gym_instrument: %s: batch: %r is %s, not a list of scores; no verify span is made",
+                    self.where,
+                    self.items.text if self.items is not None else "the result",
+                    "absent" if value is MISSING else type(value).__name__,
+                )
+            return []
+        facts: list[BatchFacts] = []
+        view = _ItemView(call, MISSING, 0, result)
+        for position, item in enumerate(value):
+            view.item, view.position = item, position
+            read: dict[str, Any] = {}
+            for attribute, rule in (*self.names, *self.outcome):
+                converted = convert(attribute, rule.read(view, read))
+                if converted is not None:
+                    read[attribute] = converted
+            if not self.outcome:
+                read.update(base.result_attributes(item))
+            name = _name_of(read)
+            attributes = without_masked_reward({key: read[key] for key in _OUTCOME_ATTRIBUTES if key in read})
+            if name[0] is not None:
+                attributes[semconv.ROLLOUT_ID] = name[0]
+            facts.append((name, attributes, item))
+        return facts
+
+    def names_from_arguments(self, call: CallView) -> list[VerdictName]:
+        """What names each item's rollout, read from the call's arguments alone (a call that raised
+        returned no items): position by position, until a position names no rollout (at most
+        :data:`BATCH_LIMIT`). None when a name is read from the item or the result."""
+        if any(path.root in ("item", "result") for _, rule in self.names for path in _rule_paths(rule)):
+            return []
+        view = _ItemView(call, MISSING, 0, MISSING)
+        names: list[VerdictName] = []
+        for position in range(BATCH_LIMIT):
+            view.position = position
+            read: dict[str, Any] = {}
+            for attribute, rule in self.names:
+                converted = convert(attribute, rule.read(view, read))
+                if converted is not None:
+                    read[attribute] = converted
+            name = _name_of(read)
+            if not names_a_rollout(name):
+                break
+            names.append(name)
+        return names
+
+
+BATCH_LIMIT = 1 << 20  # items of a batch named from its arguments at most
+
+
+def _rule_paths(rule: ValueRule) -> list[FieldPath]:
+    """A rule's paths, a template's placeholders included."""
+    placeholders = [part for part in rule.template.parts[1::2] if isinstance(part, FieldPath)] if rule.template else []
+    return [*rule.paths, *placeholders]
+
+
+def _name_of(read: Mapping[str, Any]) -> VerdictName:
+    return (
+        read.get(semconv.ROLLOUT_ID),
+        read.get(semconv.TASK_INDEX),
+        read.get(semconv.ROLLOUT_REPEAT),
+        read.get(semconv.TASK_ID),
+        read.get(semconv.ROLLOUT_ATTEMPT),
+    )
+
+
+_OUTCOME_ATTRIBUTES = (semconv.ROLLOUT_REWARD, semconv.VERIFY_MASKED, semconv.FAILURE_KIND)
+
+
+class DeclaredBatchSchema(RolloutSchema):
+    """A verify target's schema with its batch declared (``batch`` in the declarative form): one call
+    scores many rollouts; everything else is read by ``base``."""
+
+    def __init__(self, base: RolloutSchema, rules: BatchRules) -> None:
+        self.base = base
+        self.rules = rules
+        self.batch = rules
+        self.name = base.name
+        self.framework_spans = base.framework_spans
+
+    def identity(self, row: Any) -> RolloutIdentity:
+        return self.base.identity(row)
+
+    def request_rollout_id(self, request: Any) -> str | None:
+        return self.base.request_rollout_id(request)
+
+    def result_attributes(self, result: Any) -> dict[str, Any]:
+        return self.base.result_attributes(result)
+
+    def batch_facts(self, call: CallView, result: Any) -> list[BatchFacts]:
+        return self.rules.facts(call, result, self.base)
+
+    def batch_names(self, call: CallView) -> list[VerdictName]:
+        return self.rules.names_from_arguments(call)

@@ -1,6 +1,10 @@
 """Field paths of the declarative form: ``row``, ``arg.NAME``, ``self``, ``result`` or ``item``
-(one record of a health result, in ``verdicts``), then ``.field``, ``[N]`` and ``.*`` steps.
-Nothing is evaluated: a path that does not resolve is MISSING.
+(one record of a health result, in ``verdicts``; one item of a batch's result, in ``batch``),
+then ``.field``, ``[N]``, ``[i]`` and ``.*`` steps. Nothing is evaluated: a path that does not
+resolve is MISSING.
+
+``[i]`` is the item at the position of the batch item being read (``batch`` only): the entry of
+a parallel list, such as a dataset column a reward function is given (``arg.task_id[i]``).
 
 ``.*`` is the first value of a mapping that is present (not None), in the mapping's order: a
 score filed under its scorer's name (``row.scores.*.value``) is read without knowing the name."""
@@ -15,7 +19,7 @@ from typing import Any, Protocol
 from gym_instrument.schema.fields import MISSING, field, is_a
 
 _ROOT = re.compile(r"^(row|self|result|item|arg\.([A-Za-z_]\w*))")
-_STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(-?\d+)\]|\.(\*)")
+_STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(-?\d+)\]|\.(\*)|\[(i)\]")
 
 
 class _FirstValue:
@@ -28,6 +32,18 @@ class _FirstValue:
 
 
 FIRST_VALUE: Any = _FirstValue()
+
+
+class _Position:
+    """The ``[i]`` step (one object, compared by identity)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "POSITION"
+
+
+POSITION: Any = _Position()
 
 
 class CallView(Protocol):
@@ -62,11 +78,14 @@ class FieldPath:
         while position < len(text):
             step = _STEP.match(text, position)
             if step is None:
-                raise ValueError(f"path {text!r}: expected .field, [N] or .* at {text[position:]!r}")
-            name, index, star = step.groups()
+                raise ValueError(f"path {text!r}: expected .field, [N], [i] or .* at {text[position:]!r}")
+            name, index, star, position_step = step.groups()
             if name is not None and name.startswith("__"):
                 raise ValueError(f"path {text!r}: {name!r} is not readable (a name starting with __)")
-            steps.append(name if name is not None else FIRST_VALUE if star else int(index))
+            if position_step:
+                steps.append(POSITION)
+            else:
+                steps.append(name if name is not None else FIRST_VALUE if star else int(index))
             step_texts.append(step.group(0))
             position = step.end()
         self.text = text
@@ -89,6 +108,11 @@ class FieldPath:
             value = getattr(call, "item", MISSING)
         return value
 
+    @property
+    def per_item(self) -> bool:
+        """Whether it has an ``[i]`` step (read at a batch item's position)."""
+        return POSITION in self.steps
+
     def read(self, call: CallView) -> Any:
         """The value at this path for one call, or MISSING."""
         value = self._start(call)
@@ -97,6 +121,8 @@ class FieldPath:
                 return MISSING
             if type(step) is int:
                 value = read_item(value, step)
+            elif step is POSITION:
+                value = read_item(value, getattr(call, "position", None))  # (no batch item: MISSING)
             else:
                 value = first_value(value) if step is FIRST_VALUE else read_attribute(value, step)
         return value
@@ -128,6 +154,8 @@ class FieldPath:
 def _read_step(value: Any, step: Any) -> Any:
     if type(step) is int:
         return read_item(value, step)
+    if step is POSITION:
+        return read_item(value, 0)  # (a message's "how far it resolves": the first item)
     if step is FIRST_VALUE:
         return first_value(value)
     return read_attribute(value, step)
@@ -161,8 +189,10 @@ def read_attribute(value: Any, name: str) -> Any:
     return MISSING
 
 
-def read_item(value: Any, index: int) -> Any:
+def read_item(value: Any, index: Any) -> Any:
     """Item ``index`` of a list, a tuple or another sequence (not a string; negative from the end), else MISSING."""
+    if type(index) is not int:
+        return MISSING
     if not is_a(value, (list, tuple)) and (not is_a(value, Sequence) or is_a(value, (str, bytes, bytearray))):
         return MISSING
     try:

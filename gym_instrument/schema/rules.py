@@ -128,8 +128,18 @@ def verdict_attributes(name: Any, checks: list[str]) -> dict[str, Any]:
     return attributes
 
 
-# What names the dispatch a verdict belongs to: (rollout id, task index, rollout index), any may be None.
-VerdictName = tuple["str | None", "int | None", "int | None"]
+# What names the dispatch a verdict belongs to: (rollout id, task index, rollout index), or with a
+# task id and an attempt after them (a verdict by task and repeat); any may be None.
+VerdictName = tuple[Any, ...]
+
+
+def names_a_rollout(name: VerdictName) -> bool:
+    """Whether a verdict's (or a verify's) name can name a dispatch: a rollout id, a task index and
+    a repeat, or a task id and a repeat."""
+    rollout_id, task_index, repeat = name[:3]
+    return rollout_id is not None or (repeat is not None and (task_index is not None or (len(name) > 3 and name[3] is not None)))
+
+
 # A verdict as the health role reads it: its name and its span's attributes.
 VerdictFacts = tuple[VerdictName, dict[str, Any]]
 

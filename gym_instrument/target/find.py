@@ -146,3 +146,34 @@ def _missing_in(target: Target, module: Any) -> str | None:
     if getattr(owner, attribute, None) is not None:  # patching it would need the class that defines it
         return f"target {target}: {target.qualname!r} is inherited, not defined there; target the class that defines it"
     return f"target {target}: {missing_attribute(owner, attribute, where)}"
+
+
+CAPTURED_HINT = (
+    "calls through it are not traced: a module's own body runs before its functions are wrapped (they are "
+    "wrapped when the import ends). Build such a list where the function is imported (from module import "
+    "function, in another module), or call the function by its module's name when it is called"
+)
+
+
+def captured_copies(module: Any, function: Any, attribute: str) -> list[str]:
+    """Where a module's globals hold ``function`` other than as its own ``attribute``: another name
+    for it, or an item of a list, tuple, dict or set held by a global (one level down), such as a
+    module-level ``REWARD_FUNCS = [accuracy, fmt]``. Each such copy was taken before the function
+    could be wrapped, and calls through it are not traced. Never raises."""
+    found: list[str] = []
+    try:
+        for name, value in list(vars(module).items()):
+            if name.startswith("__"):
+                continue
+            if value is function:
+                if name != attribute:
+                    found.append(name)
+            elif type(value) in (list, tuple):
+                found.extend(f"{name}[{index}]" for index, item in enumerate(value[:1024]) if item is function)
+            elif type(value) is dict:
+                found.extend(f"{name}[{key!r}]" for key, item in list(value.items())[:1024] if item is function)
+            elif type(value) in (set, frozenset) and len(value) <= 1024 and any(item is function for item in value):
+                found.append(f"{name} (a set)")
+    except Exception:  # a module whose globals cannot be read: nothing to say
+        return found
+    return found[:8]

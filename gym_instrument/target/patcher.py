@@ -27,7 +27,7 @@ from gym_instrument.plan.wrappers import WRAPPERS, function_kind
 from gym_instrument.role import ROLES
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.extractors import Extractor
-from gym_instrument.target.find import missing_attribute
+from gym_instrument.target.find import CAPTURED_HINT, captured_copies, missing_attribute
 from gym_instrument.target.target import Target
 
 _LOG = logging.getLogger("gym_instrument")
@@ -128,6 +128,7 @@ class Patcher:
         self._patches: list[_Patch] = []
         self._subclass_hooks: list[tuple[type, Any]] = []  # (base class, previous __dict__ value or None)
         self._watched: dict[type, list[Target]] = {}
+        self._reported: set[Target] = set()  # targets whose unwrapped copies were logged
         self._lock = threading.RLock()
         self.armed = False
 
@@ -194,6 +195,24 @@ class Patcher:
         )
         setattr(owner, attribute, wrapper)
         self._patches.append(_Patch(owner, attribute, original, wrapper, target))
+        if isinstance(owner, ModuleType):
+            self._report_captured(owner, attribute, original, target)
+
+    def _report_captured(self, module: ModuleType, attribute: str, original: Any, target: Target) -> None:
+        """Log, once per target, where the module (or the script, when the module was imported
+        before ``instrument()``) holds the function as it was before it was wrapped."""
+        if target in self._reported:
+            return
+        holders = [(module.__name__, captured_copies(module, original, attribute))]
+        main = sys.modules.get("__main__")
+        if main is not None and main is not module:
+            holders.append(("__main__", captured_copies(main, original, "")))
+        where = [f"module {name!r} holds it in {', '.join(copies)}" for name, copies in holders if copies]
+        if where:
+            self._reported.add(target)
+            _LOG.warning(
+                "gym_instrument: target %s: %s, taken before it was wrapped; %s", target.label, "; ".join(where), CAPTURED_HINT
+            )
 
     def _reach_subclasses(self, base: type, attribute: str, target: Target) -> None:
         """Wrap overrides in existing subclasses, and arrange for future ones to be wrapped too."""

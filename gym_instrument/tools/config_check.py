@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,13 +28,14 @@ from gym_instrument.schema.declared import (
     AtStart,
     AttributeRules,
     Constant,
+    DeclaredBatchSchema,
     DeclaredVerdictSchema,
     FailureRule,
     ValueRule,
 )
 from gym_instrument.schema.fields import MISSING
 from gym_instrument.schema.paths import FieldPath
-from gym_instrument.target.find import resolve_target
+from gym_instrument.target.find import CAPTURED_HINT, captured_copies, resolve_target
 from gym_instrument.target.target import Target
 
 
@@ -95,16 +97,20 @@ def import_path(function: Callable[..., Any]) -> str:
 
 
 def _paths_of(target: Target) -> list[FieldPath]:
-    """Every path of a target's declared rules, template placeholders included."""
+    """Every path of a target's declared rules (its batch's included), template placeholders included."""
+    rules: list[ValueRule] = []
     paths: list[FieldPath] = []
     for extractor in target.extractors:
         if isinstance(extractor, AttributeRules):
-            for _, rule in extractor.rules:
-                paths.extend(rule.paths)
-                if rule.template is not None:
-                    paths.extend(part for part in rule.template.parts[1::2] if isinstance(part, FieldPath))
+            rules.extend(rule for _, rule in extractor.rules)
         elif isinstance(extractor, FailureRule):
             paths.extend((extractor.when, *extractor.error_type))
+    if isinstance(target.schema, DeclaredBatchSchema):
+        rules.extend(rule for _, rule in (*target.schema.rules.names, *target.schema.rules.outcome))
+    for rule in rules:
+        paths.extend(rule.paths)
+        if rule.template is not None:
+            paths.extend(part for part in rule.template.parts[1::2] if isinstance(part, FieldPath))
     return paths
 
 
@@ -160,7 +166,7 @@ def _short_names(rule: ValueRule) -> set[str]:
 
 
 def _names_a_rollout(target: Target) -> bool:
-    """Whether a dispatch target's start rules name its rollout (a rollout id, or task index and repeat)."""
+    """Whether a dispatch target's start rules name its rollout (a rollout id, or a task index or id and a repeat)."""
     read: set[str] = set()
     for extractor in target.extractors:
         if isinstance(extractor, AttributeRules) and extractor.at_start:
@@ -169,7 +175,7 @@ def _names_a_rollout(target: Target) -> bool:
             read.update(name for name, rule in extractor.rules if rule.template is None or names >= _short_names(rule))
         elif not isinstance(extractor, (AttributeRules, FailureRule, Constant)):
             return True  # an extractor of code may name it
-    return semconv.ROLLOUT_ID in read or {semconv.TASK_INDEX, semconv.ROLLOUT_REPEAT} <= read
+    return semconv.ROLLOUT_ID in read or bool(semconv.ROLLOUT_REPEAT in read and read & {semconv.TASK_INDEX, semconv.TASK_ID})
 
 
 # One entry of the short form, as OTEL_PYTHON_GYM_TARGETS holds it (a file path never looks like this).
@@ -272,6 +278,13 @@ def _check_target(target: Target, skipped: list[str], found: ConfigCheck, judged
         found.problem(message)
     for message in (*(_signature_problems(target, function) if function is not None else ()), *_role_problems(target)):
         found.problem(message)
+    if function is not None and "." not in target.qualname:  # (a module's function: its module may hold copies)
+        copies = captured_copies(sys.modules.get(target.module), getattr(function, "__func__", function), target.qualname)
+        if copies:
+            found.problem(
+                f"target {target.path}: module {target.module!r} holds it in {', '.join(copies)} when it is"
+                f" imported, before it can be wrapped; {CAPTURED_HINT}"
+            )
     if target.row_arg:
         found.lines.append(f"  row: the argument {target.row_arg!r}")
     if target.when:
@@ -286,9 +299,13 @@ def _check_target(target: Target, skipped: list[str], found: ConfigCheck, judged
         if rules.checks is not None:
             check_field = f", field {rules.check_field!r}" if rules.check_field else ""
             found.lines.append(f"  verdicts checks: {describe_rule(rules.checks)}{check_field}")
+    if isinstance(target.schema, DeclaredBatchSchema):
+        batch = target.schema.rules
+        found.lines.append(f"  batch: one verify span per item of {batch.items.text if batch.items else 'result'}")
+        found.lines.extend(f"  batch {name}: {describe_rule(rule)}" for name, rule in (*batch.names, *batch.outcome))
     generic = target.schema is None or target.schema.name == "generic"  # (none: the generic default)
     if judged and target.role == semconv.ROLE_DISPATCH and generic and not _names_a_rollout(target):
         found.note(
             "no start rule names its rollout: the generic schema names it from its row's rollout_id, else"
-            " task_index and repeat (or rollout_index); a dispatch whose row has neither gets no health span"
+            " task_index or task_id and repeat (or rollout_index); a dispatch whose row has none gets no health span"
         )
