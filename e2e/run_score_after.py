@@ -137,9 +137,9 @@ def check_report(spans_path: Path, seen: dict[str, Any], report: Report) -> None
         f"report's per-task reward {got}, the loop's {expected}",
     )
     run = figures["run"]
-    report.check(run.get("rewarded") == len(seen["rollouts"]), f"report's rewarded rollouts {run.get('rewarded')}")
+    report.check(run.get("scored") == len(seen["rollouts"]), f"report's scored rollouts {run.get('scored')}")
     report.check(
-        run.get("verifies_without_dispatch") == 0, f"report's verifies without dispatch {run.get('verifies_without_dispatch')}"
+        run.get("rollouts_without_dispatch") == 0, f"report's rollouts without dispatch {run.get('rollouts_without_dispatch')}"
     )
     report.notes.append(f"gym-instrument report: per-task reward {got}")
 

@@ -87,7 +87,7 @@ def check_children(telemetry: Any, scored: list[tuple[str, int, float]]) -> None
     assert {task["task"]: task["mean_reward"] for task in figures["tasks"]} == {
         task_id: sum(values) / len(values) for task_id, values in rewards.items()
     }
-    assert figures["run"]["verifies_without_dispatch"] == 0
+    assert figures["run"]["rollouts_without_dispatch"] == 0
 
 
 @pytest.mark.parametrize("verify_start", [BY_TEMPLATE, BY_TASK], ids=["by-rollout-id", "by-task-and-repeat"])
@@ -250,7 +250,7 @@ def test_a_batch_reward_function_gives_each_rollout_its_verify_under_its_dispatc
         "add": sum(totals[:3]) / 3,
         "mul": sum(totals[3:]) / 3,
     }
-    assert figures["run"]["verifies_without_dispatch"] == 0
+    assert figures["run"]["rollouts_without_dispatch"] == 0
 
 
 def test_a_batch_reward_function_that_raises_fails_the_verify_of_each_rollout_its_arguments_name(
