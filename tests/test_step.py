@@ -276,3 +276,124 @@ def test_the_setting_of_a_zero_code_process_reaches_its_dispatches(tmp_path: Pat
     assert [(span["attributes"][semconv.TRAIN_STEP], span["attributes"][semconv.POLICY_VERSION]) for span in dispatches] == [
         (9, "ckpt-9")
     ] * 4
+
+
+# -- report and compare ---------------------------------------------------------------------------------
+
+TRAINING_LOOP = """
+def send_row(row):
+    if row.get("fail"):
+        raise TimeoutError("the environment did not answer")
+    return score({"reward": row["reward"]})
+
+
+def score(result):
+    return result
+"""
+
+
+def trained(make_module: Any, instrument: Any, telemetry: Any, steps: int, path: Path, with_steps: bool = True) -> Path:
+    """A trainer's run: ``steps`` steps of 4 rollouts each, traced in this process, its spans written to ``path``
+    as OTLP/JSON lines. Step s: rollouts 0..s have reward 1.0, the others 0.0; in step 1 the last rollout's
+    dispatch fails (an infrastructure failure)."""
+    import io
+
+    from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
+
+    name = make_module(TRAINING_LOOP)
+    instrument(targets=[f"{name}:send_row=dispatch", f"{name}:score=verify"])
+    module = importlib.import_module(name)
+    for step in range(steps):
+        entries = {semconv.BAGGAGE_TRAIN_STEP: str(step), semconv.BAGGAGE_POLICY_VERSION: f"ckpt-{step}"} if with_steps else {}
+        with trainer_baggage(**entries):
+            for repeat in range(4):
+                row = {"task_id": "t", "repeat": repeat, "rollout_id": f"s{step}-r{repeat}", "reward": float(repeat <= step)}
+                try:
+                    module.send_row({**row, "fail": step == 1 and repeat == 3})
+                except TimeoutError:
+                    pass
+    buffer = io.StringIO()
+    FileSpanExporter(stream=buffer).export(telemetry.spans())
+    path.write_text(buffer.getvalue())
+    telemetry.clear()
+    return path
+
+
+def test_report_shows_reward_success_and_infra_failures_per_step(
+    make_module: Any, instrument: Any, telemetry: Any, tmp_path: Path
+) -> None:
+    from tests.test_report_differential import run_main
+
+    spans = trained(make_module, instrument, telemetry, 3, tmp_path / "spans.jsonl")
+    code, printed = run_main(["report", str(spans), "--no-html", "--format", "json", "--max-infra-failures", "50%"])
+    assert code == 0
+    steps = {step["step"]: step for step in json.loads(printed)["steps"]}
+    assert set(steps) == {0, 1, 2}
+    # step 0: 1 of 4 rewarded; step 1: 2 of 3 scored rewarded, 1 failed dispatch; step 2: 3 of 4.
+    assert [(steps[s]["rollouts"], steps[s]["scored"], steps[s]["successes"], steps[s]["infra_failures"]) for s in range(3)] == [
+        (4, 4, 1, 0),
+        (4, 3, 2, 1),
+        (4, 4, 3, 0),
+    ]
+    assert [steps[s]["mean_reward"] for s in range(3)] == [0.25, 2 / 3, 0.75]
+    assert [steps[s]["policy_versions"] for s in range(3)] == [["ckpt-0"], ["ckpt-1"], ["ckpt-2"]]
+    code, printed = run_main(["report", str(spans), "--html", str(tmp_path / "report.html"), "--max-infra-failures", "50%"])
+    lines = printed.splitlines()
+    head = lines.index("per training step (nemo.gym.train.step of each rollout's dispatch; 3 steps):")
+    assert lines[head + 1].split() == [
+        "step",
+        "policy",
+        "version",
+        "rollouts",
+        "infra",
+        "failures",
+        "scored",
+        "mean",
+        "reward",
+        "success",
+        "tokens",
+        "/",
+        "rollout",
+    ]
+    assert [line.split() for line in lines[head + 3 : head + 6]] == [
+        ["0", "ckpt-0", "4", "0", "(0%)", "4", "0.25", "25%", "-"],
+        ["1", "ckpt-1", "4", "1", "(25%)", "3", "0.67", "67%", "-"],
+        ["2", "ckpt-2", "4", "0", "(0%)", "4", "0.75", "75%", "-"],
+    ]
+    page = (tmp_path / "report.html").read_text()
+    assert "<h2 id='steps'>Steps</h2>" in page and 'id="steps-table"' in page and "<polyline" in page
+
+
+def test_a_run_without_steps_shows_nothing_new(make_module: Any, instrument: Any, telemetry: Any, tmp_path: Path) -> None:
+    from tests.test_report_differential import run_main
+
+    spans = trained(make_module, instrument, telemetry, 2, tmp_path / "spans.jsonl", with_steps=False)
+    code, printed = run_main(["report", str(spans), "--no-html", "--format", "json", "--max-infra-failures", "50%"])
+    assert "steps" not in json.loads(printed)
+    code, printed = run_main(["report", str(spans), "--html", str(tmp_path / "report.html"), "--max-infra-failures", "50%"])
+    assert "training step" not in printed
+    page = (tmp_path / "report.html").read_text()
+    assert "id='steps'" not in page and "steps-table" not in page and ">step<" not in page
+    code, printed = run_main(["compare", str(spans), str(spans), "--max-infra-failures", "50%"])
+    assert code == 0 and "training step" not in printed
+
+
+def test_compare_shows_each_step_of_both_runs(make_module: Any, instrument: Any, telemetry: Any, tmp_path: Path) -> None:
+    from tests.test_report_differential import run_main
+
+    a = trained(make_module, instrument, telemetry, 2, tmp_path / "a.jsonl")
+    b = trained(make_module, instrument, telemetry, 3, tmp_path / "b.jsonl")  # a second run, its own targets
+    code, printed = run_main(["compare", str(a), str(b), "--format", "json", "--max-infra-failures", "50%"])
+    steps = {step["step"]: step["measures"] for step in json.loads(printed)["steps"]}
+    assert {step: (m["mean_reward"]["a"], m["mean_reward"]["b"]) for step, m in steps.items()} == {
+        0: (0.25, 0.25),
+        1: (2 / 3, 2 / 3),
+        2: (None, 0.75),
+    }
+    assert steps[1]["infra_share"] == {"a": 0.25, "b": 0.25, "diff": 0.0}
+    code, printed = run_main(["compare", str(a), str(b), "--html", str(tmp_path / "compare.html"), "--max-infra-failures", "50%"])
+    assert code == 0
+    lines = printed.splitlines()
+    head = lines.index("per training step, A -> B (3 steps):")
+    assert lines[head + 5].split()[:6] == ["2", "-", "->", "4", "-", "->"]
+    assert 'id="compare-steps"' in (tmp_path / "compare.html").read_text()

@@ -18,6 +18,10 @@ has exactly one outcome (``OUTCOMES``):
   :func:`~gym_instrument.tools.report.rollouts.decide`);
 - ``unscored``: verified, no numeric reward and nothing failed; ``no verify``: no verify read.
 
+Per training step (``figures["steps"]``, only when some dispatch names a ``nemo.gym.train.step``):
+each rollout once, under its dispatch's step, with its reward, outcome and tokens
+(:mod:`gym_instrument.tools.report.steps`).
+
 Mean reward and success rate are over scored rollouts; shares (infrastructure failures, masked,
 failed, unhealthy) over rollouts. Verifies and verdicts whose dispatch was not read are counted
 apart (``rollouts_without_dispatch``, ``health.without_rollout``), each rollout of them once.
@@ -52,6 +56,7 @@ from gym_instrument.tools.report.rollouts import (
     decide,
 )
 from gym_instrument.tools.report.sketch import DurationSketch, TaskDurations, ks_for, pass_at_k
+from gym_instrument.tools.report.steps import StepFigures
 from gym_instrument.tools.report.tokens import ModelCalls, TokenFigures, token_count
 
 __all__ = ["TRACE_URL_PRESETS", "DurationSketch", "RunFigures", "pass_at_k", "trace_link", "trace_url_template"]
@@ -255,6 +260,7 @@ class Tally:
         self.checks: Counter[str] = Counter()
         self.verdicts_without_rollout = 0
         self.tokens = TokenFigures()
+        self.steps = StepFigures()
 
 
 def _by_count(counts: Counter[str]) -> dict[str, int]:
@@ -399,7 +405,16 @@ class RunFigures:
         self._attempt(span, attributes, task, rollout_id, error_name, row)
         if row < 0:
             return
-        self.store.dispatched(row, task.number, error_name, span.start_ns)
+        step = attributes.get(semconv.TRAIN_STEP)
+        policy = attributes.get(semconv.POLICY_VERSION)
+        self.store.dispatched(
+            row,
+            task.number,
+            error_name,
+            span.start_ns,
+            step if type(step) is int and step >= 0 else None,
+            policy if type(policy) is str else None,
+        )
         tokens_in = token_count(attributes.get(semconv.GEN_AI_INPUT_TOKENS))
         tokens_out = token_count(attributes.get(semconv.GEN_AI_OUTPUT_TOKENS))
         if tokens_in is not None or tokens_out is not None:
@@ -416,6 +431,8 @@ class RunFigures:
                 "error_type": error_name,
                 "duration_ms": None if duration is None else duration / 1e6,
             }
+            if type(step) is int and step >= 0:
+                self.rows[row]["step"] = step
 
     def _attempt(
         self, span: Span, attributes: dict[str, Any], task: Task, rollout_id: str | None, error: str | None, row: int
@@ -557,6 +574,10 @@ class RunFigures:
                 tally.checks.update(judged[1])
             if used is not None:
                 tally.tokens.add(used, task.label, outcome_label(outcome, reward))
+            if store.step is not None:
+                step, policy = store.step_of(row)
+                tokens = None if used is None else used[0] + used[1]
+                tally.steps.add(step, policy, reward, outcome == SUCCESS, outcome in INFRA_OUTCOMES, tokens)
         return tally
 
     def figures(self, stats: ReadStats | None = None) -> dict[str, Any]:
@@ -688,6 +709,9 @@ class RunFigures:
         }
         figures["retries"] = self._retries()
         figures["rollouts"] = self._rollout_rows()
+        steps = tally.steps.figures()
+        if steps is not None:  # a run whose dispatches name no training step has no per-step figures
+            figures["steps"] = steps
         return figures
 
     def _task_figures(self, task: Task, counts: RolloutCounts) -> dict[str, Any]:
