@@ -143,49 +143,59 @@ def generate(rng: random.Random, tasks: list[tuple[str | None, int | None]] | No
         with_steps=rng.random() < 0.6,
     )
     step_count = rng.randint(1, 4)
+    # A trainer re-runs its tasks at every step (the same task indices and repeats, each step's rollouts in
+    # traces of their own), or its tasks are spread over the steps.
+    rounds_of_steps = run.with_steps and rng.random() < 0.5
+    if rounds_of_steps:
+        run.shared_trace = False  # (one trace would hold one rollout id of every step: one rollout)
     clock = CLOCK
     custom = iter(rng.sample(range(10_000, 99_999), 200))
-    for task in range(len(tasks)):
-        for repeat in range(rng.randint(1, 3)):
-            # The trainer's step of this rollout (its retries are in the same step), now and then none: sent
-            # outside every step. Its policy: the step's, sometimes the one before (an asynchronous trainer's), or unsaid.
-            step = rng.randrange(step_count) if run.with_steps and rng.random() < 0.9 else None
-            policy = None if step is None else rng.choice((f"ckpt-{step}", f"ckpt-{step}", f"ckpt-{max(step - 1, 0)}", None))
-            retries = rng.choice((0, 0, 0, 1, 1, 2))
-            for attempt in range(retries + 1):
-                clock += rng.randint(1, 5) * MS
-                last = attempt == retries
-                task_id, task_index = tasks[task]
-                suffix = f"-a{attempt}" if attempt else ""
-                rollout_id = {
-                    "index": f"{task_index}-{repeat}{suffix}",
-                    "template": f"{task_id}-r{repeat}{suffix}",
-                    "custom": f"ep-{next(custom)}",
-                    "none": None,
-                }[id_form]
-                item = Attempt(task, repeat, attempt, rollout_id, clock, step=step, policy=policy)
-                if step is not None and rng.random() < 0.03:
-                    item.step = str(step)  # a step of the wrong type: not a step
-                # Every attempt but the last failed; the last fails now and then too (retried or not).
-                if not last or rng.random() < 0.15:
-                    item.error = rng.choice(ERRORS)
-                item.rule, item.steps = _steps(rng, clock)
-                if item.error is not None and rng.random() < 0.6:
-                    item.steps = []  # most failed dispatches never reached a verify
-                if rng.random() < 0.6:
-                    judged = [(CLOCK + 10**12, rng.choice(VERDICTS), tuple(sorted(rng.sample(CHECKS, rng.randint(0, 2)))))]
-                    if rng.random() < 0.15:  # a re-check, later
-                        judged.append((CLOCK + 2 * 10**12, rng.choice(VERDICTS), ()))
-                    item.verdicts = judged
-                tokens = rng.random()
-                if tokens < 0.25:
-                    item.totals = (rng.randint(0, 900), rng.randint(0, 300), rng.randint(1, 4))
-                if 0.15 < tokens < 0.45:
-                    item.calls = [(rng.randint(0, 500), rng.randint(0, 200)) for _ in range(rng.randint(1, 3))]
-                item.dispatch_read = rng.random() > 0.07
-                item.cross_process = rng.random() < 0.4
-                item.attributes_for_attempt = id_form != "index" or rng.random() < 0.7
-                run.attempts.append(item)
+    for round_step in range(step_count) if rounds_of_steps else [None]:
+        for task in range(len(tasks)):
+            for repeat in range(rng.randint(1, 3)):
+                # The trainer's step of this rollout (its retries are in the same step): the round's, or one of
+                # the steps; now and then none (sent outside every step). Its policy: the step's, sometimes the
+                # one before (an asynchronous trainer's), or unsaid.
+                if rounds_of_steps:
+                    step = round_step
+                else:
+                    step = rng.randrange(step_count) if run.with_steps and rng.random() < 0.9 else None
+                policy = None if step is None else rng.choice((f"ckpt-{step}", f"ckpt-{step}", f"ckpt-{max(step - 1, 0)}", None))
+                retries = rng.choice((0, 0, 0, 1, 1, 2))
+                for attempt in range(retries + 1):
+                    clock += rng.randint(1, 5) * MS
+                    last = attempt == retries
+                    task_id, task_index = tasks[task]
+                    suffix = f"-a{attempt}" if attempt else ""
+                    rollout_id = {
+                        "index": f"{task_index}-{repeat}{suffix}",
+                        "template": f"{task_id}-r{repeat}{suffix}",
+                        "custom": f"ep-{next(custom)}",
+                        "none": None,
+                    }[id_form]
+                    item = Attempt(task, repeat, attempt, rollout_id, clock, step=step, policy=policy)
+                    if step is not None and not rounds_of_steps and rng.random() < 0.03:
+                        item.step = str(step)  # a step of the wrong type: not a step
+                    # Every attempt but the last failed; the last fails now and then too (retried or not).
+                    if not last or rng.random() < 0.15:
+                        item.error = rng.choice(ERRORS)
+                    item.rule, item.steps = _steps(rng, clock)
+                    if item.error is not None and rng.random() < 0.6:
+                        item.steps = []  # most failed dispatches never reached a verify
+                    if rng.random() < 0.6:
+                        judged = [(CLOCK + 10**12, rng.choice(VERDICTS), tuple(sorted(rng.sample(CHECKS, rng.randint(0, 2)))))]
+                        if rng.random() < 0.15:  # a re-check, later
+                            judged.append((CLOCK + 2 * 10**12, rng.choice(VERDICTS), ()))
+                        item.verdicts = judged
+                    tokens = rng.random()
+                    if tokens < 0.25:
+                        item.totals = (rng.randint(0, 900), rng.randint(0, 300), rng.randint(1, 4))
+                    if 0.15 < tokens < 0.45:
+                        item.calls = [(rng.randint(0, 500), rng.randint(0, 200)) for _ in range(rng.randint(1, 3))]
+                    item.dispatch_read = rng.random() > 0.07
+                    item.cross_process = rng.random() < 0.4
+                    item.attributes_for_attempt = id_form != "index" or rng.random() < 0.7
+                    run.attempts.append(item)
     return run
 
 
@@ -371,13 +381,13 @@ class Truth:
 def truths(run: Run) -> tuple[list[Truth], list[Attempt], list[Attempt]]:
     """(the rollouts, the failed attempts a retry replaced, the attempts whose dispatch was not read)."""
     read = [item for item in run.attempts if item.dispatch_read]
-    highest: dict[tuple[int, int], int] = {}
+    highest: dict[tuple[int, int, int | None], int] = {}
     for item in read:
-        pair = (item.task, item.repeat)
+        pair = (item.task, item.repeat, step_of(item))  # a trainer numbers its tasks anew at every step
         highest[pair] = max(highest.get(pair, 0), item.attempt)
     rollouts, replaced = [], []
     for item in read:
-        if item.error is not None and item.attempt < highest[(item.task, item.repeat)]:
+        if item.error is not None and item.attempt < highest[(item.task, item.repeat, step_of(item))]:
             replaced.append(item)
             continue
         reward = kind = None
@@ -493,9 +503,9 @@ def expected_report(run: Run) -> dict[str, Any]:
         name = truth.verdict[0] if truth.verdict else None
         column = "no verdict" if name is None else (name if name in ("healthy", "unhealthy", "unobserved") else "other verdict")
         crossed[(truth.outcome, column)] += 1
-    chains: dict[tuple[int, int], list[Attempt]] = {}
+    chains: dict[tuple[int, int, int | None], list[Attempt]] = {}
     for item in read:
-        chains.setdefault((item.task, item.repeat), []).append(item)
+        chains.setdefault((item.task, item.repeat, step_of(item)), []).append(item)
     retried = [chain for chain in chains.values() if len(chain) > 1 or max(item.attempt for item in chain) > 0]
     still_failed = sum(1 for chain in retried if max(chain, key=lambda item: item.attempt).error is not None)
     tokens = [used for truth in rollouts if (used := tokens_of(truth.item)) is not None]

@@ -298,7 +298,7 @@ class RunFigures:
         self.failed: list[dict[str, Any]] = []  # the first failed dispatches read, by name
         self.unhealthy_seen: list[dict[str, Any]] = []  # the first unhealthy verdicts read, by name
         self.rows: dict[int, dict[str, Any]] = {}  # record -> the first dispatches read, by name
-        self.chains: dict[tuple[Any, int], list[dict[str, Any]]] = {}
+        self.chains: dict[tuple[int, int, int | None], list[dict[str, Any]]] = {}  # by (task, repeat, step)
         self.retried_dispatches = 0
         self.replayed_spans = 0
         self.services: Counter[str] = Counter()
@@ -401,20 +401,14 @@ class RunFigures:
                     heapq.heappush(self.slowest, entry)
                 else:
                     heapq.heapreplace(self.slowest, entry)
+        step = attributes.get(semconv.TRAIN_STEP)
+        step = step if type(step) is int and step >= 0 else None
+        policy = attributes.get(semconv.POLICY_VERSION)
         row = self.store.record(span.trace_id, rollout_id, span.span_id)
-        self._attempt(span, attributes, task, rollout_id, error_name, row)
+        self._attempt(span, attributes, task, rollout_id, error_name, row, step)
         if row < 0:
             return
-        step = attributes.get(semconv.TRAIN_STEP)
-        policy = attributes.get(semconv.POLICY_VERSION)
-        self.store.dispatched(
-            row,
-            task.number,
-            error_name,
-            span.start_ns,
-            step if type(step) is int and step >= 0 else None,
-            policy if type(policy) is str else None,
-        )
+        self.store.dispatched(row, task.number, error_name, span.start_ns, step, policy if type(policy) is str else None)
         tokens_in = token_count(attributes.get(semconv.GEN_AI_INPUT_TOKENS))
         tokens_out = token_count(attributes.get(semconv.GEN_AI_OUTPUT_TOKENS))
         if tokens_in is not None or tokens_out is not None:
@@ -431,13 +425,21 @@ class RunFigures:
                 "error_type": error_name,
                 "duration_ms": None if duration is None else duration / 1e6,
             }
-            if type(step) is int and step >= 0:
+            if step is not None:
                 self.rows[row]["step"] = step
 
     def _attempt(
-        self, span: Span, attributes: dict[str, Any], task: Task, rollout_id: str | None, error: str | None, row: int
+        self,
+        span: Span,
+        attributes: dict[str, Any],
+        task: Task,
+        rollout_id: str | None,
+        error: str | None,
+        row: int,
+        step: int | None,
     ) -> None:
-        """Follow a (task, repeat) that failed or was retried: its attempts are one chain."""
+        """Follow a (task, repeat) that failed or was retried: its attempts are one chain. In a run of
+        training steps, each step's: a trainer numbers its tasks and repeats anew at every step."""
         repeat, attempt = attributes.get(semconv.ROLLOUT_REPEAT), attributes.get(semconv.ROLLOUT_ATTEMPT)
         attempt = attempt if type(attempt) is int else None
         repeat = repeat if type(repeat) is int else None
@@ -450,7 +452,7 @@ class RunFigures:
             self.retried_dispatches += 1
         if repeat is None:
             return
-        pair = (task.number, repeat)
+        pair = (task.number, repeat, step)
         chain = self.chains.get(pair)
         if chain is None:
             if (error is None and attempt == 0) or len(self.chains) >= CHAINS:
@@ -464,6 +466,7 @@ class RunFigures:
                 "task": task.label,
                 "task_index": task.task_index,
                 "repeat": repeat,
+                "step": step,
                 "trace_id": span.trace_id,
                 "span_id": span.span_id,
                 "start": span.start_ns,
@@ -862,7 +865,9 @@ class RunFigures:
             if len(chains) < LISTED:
                 listed = []
                 for step in ordered:
-                    entry = {key: value for key, value in step.items() if key not in ("row", "start", "task_index", "repeat")}
+                    entry = {
+                        key: value for key, value in step.items() if key not in ("row", "start", "task_index", "repeat", "step")
+                    }
                     if step["error_type"] is None and step["row"] >= 0:
                         shown = self._shown(step["row"], {})
                         entry.update(reward=shown["reward"], outcome=shown["outcome"], verdict=shown["verdict"])
@@ -874,6 +879,7 @@ class RunFigures:
                         "task": last["task"],
                         "task_index": last["task_index"],
                         "repeat": last["repeat"],
+                        **({"step": last["step"]} if last["step"] is not None else {}),
                         "outcome": outcome,
                         "attempts": listed,
                     }
