@@ -275,7 +275,11 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
         )
     retries = figures.get("retries")
     if retries and (retries["retried_dispatches"] or retries["chains"]):
-        chains = [" -> ".join(str(step["rollout_id"]) for step in chain["attempts"]) for chain in retries["chains"][:5]]
+        chains = [
+            " -> ".join(str(step["rollout_id"]) for step in chain["attempts"])
+            + (f" (step {chain['step']})" if "step" in chain else "")
+            for chain in retries["chains"][:5]
+        ]
         out += [
             "",
             f"retries: {plural(retries['retried_dispatches'], 'dispatch', 'dispatches')};"
