@@ -166,7 +166,7 @@ def test_a_later_instrument_call_changes_the_source(loop: Any, instrument: Any, 
     assert steps_of(telemetry) == [(3, "ckpt-3")]
 
 
-@pytest.mark.parametrize("value", ["-1", "three", "1.5", "4:", True, 2**63])
+@pytest.mark.parametrize("value", ["-1", "three", "1.5", "4:", True, 2**63, "9" * 5000])
 def test_a_bad_setting_in_code_raises(instrument: Any, value: Any) -> None:
     with pytest.raises(ValueError, match="train step"):
         instrument(train_step=value)
@@ -183,18 +183,21 @@ def test_a_bad_setting_in_the_environment_is_logged_and_the_default_applies(
     assert steps_of(telemetry) == [(3, "ckpt-3")]
 
 
+@pytest.mark.parametrize("step", ["step-3", "9" * 5000, "٣", "9223372036854775808"])
 def test_a_step_that_is_no_whole_number_is_logged_once_and_the_dispatch_still_traced(
-    loop: Any, telemetry: Any, caplog: pytest.LogCaptureFixture
+    loop: Any, telemetry: Any, caplog: pytest.LogCaptureFixture, step: str
 ) -> None:
     module = loop()
     with (
         caplog.at_level(logging.WARNING, logger="gym_instrument"),
-        trainer_baggage(**{semconv.BAGGAGE_TRAIN_STEP: "step-3", semconv.BAGGAGE_POLICY_VERSION: "ckpt-3"}),
+        trainer_baggage(**{semconv.BAGGAGE_TRAIN_STEP: step, semconv.BAGGAGE_POLICY_VERSION: "ckpt-3"}),
     ):
         results = [module.send_row(dict(ROW)) for _ in range(3)]
     assert results == [{"echo": ROW}] * 3
     assert steps_of(telemetry) == [(None, "ckpt-3")] * 3
-    assert caplog.text.count("nemo.gym.train.step='step-3' is not a whole number") == 1
+    # The rest of the span as without a step (the rollout still named), and one warning.
+    assert all(span.attributes[semconv.ROLLOUT_ID] == "0-0" for span in telemetry.spans(semconv.SPAN_DISPATCH))
+    assert caplog.text.count(f"nemo.gym.train.step={step[:64]!r} is not a whole number") == 1
 
 
 # -- across processes -------------------------------------------------------------------------------

@@ -53,8 +53,8 @@ def whole_step(value: Any) -> int | None:
     """A step: an int >= 0 within int64 (not a bool), or a string of one; else None."""
     if type(value) is int:
         step = value
-    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        step = int(value.strip())
+    elif isinstance(value, str) and len(value) <= 40 and value.strip().isascii() and value.strip().isdigit():
+        step = int(value.strip())  # (at most 40 characters: int() refuses thousands of digits, raising)
     else:
         return None
     return step if 0 <= step <= INT64_MAX else None
