@@ -124,6 +124,31 @@ def test_only_dispatches_carry_it_and_never_a_metric_point(loop: Any, telemetry:
     )
 
 
+def test_a_decorated_dispatch_and_one_whose_defaults_are_replaced_carry_it_too(
+    make_module: Any, instrument: Any, telemetry: Any
+) -> None:
+    import gym_instrument
+
+    name = make_module()
+    instrument(
+        targets=[f"{name}:send_row=dispatch"],
+        extractors={"dispatch": [lambda call: {"test.mine": 1}]},
+        replace_default_extractors=["dispatch"],
+    )
+    module = importlib.import_module(name)
+
+    @gym_instrument.dispatch
+    def run_rollout(row: dict[str, Any]) -> str:
+        return "done"
+
+    with trainer_baggage(**STEP_3):
+        module.send_row(dict(ROW))
+        assert run_rollout(dict(ROW)) == "done"
+    replaced, decorated = telemetry.spans(semconv.SPAN_DISPATCH)
+    assert replaced.attributes == {"test.mine": 1, semconv.TRAIN_STEP: 3, semconv.POLICY_VERSION: "ckpt-3"}
+    assert (decorated.attributes[semconv.TRAIN_STEP], decorated.attributes[semconv.POLICY_VERSION]) == (3, "ckpt-3")
+
+
 def test_baggage_in_the_environment_reaches_every_dispatch_and_the_context_wins(loop: Any, telemetry: Any) -> None:
     # No TRACEPARENT: BAGGAGE is read on its own.
     module = loop({"BAGGAGE": "nemo.gym.train.step=7,nemo.gym.policy.version=ckpt%2D7,ci.job=nightly"})
