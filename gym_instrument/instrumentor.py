@@ -52,8 +52,12 @@ nothing), ``baggage`` (False keeps the rollout id in-process instead of in W3C b
 is tied to the ``TRACEPARENT`` the process was started with), ``propagation`` (False: the package
 carries no context across a framework's HTTP hops itself; its ``receive`` targets only isolate),
 ``server_telemetry`` (False: a server framework's own telemetry, FastAPI's since 0.165, is off for
-the requests its ``receive`` targets handle) and
-``model_calls`` (False: no span per model call; ``model_call`` targets are not wrapped at all).
+the requests its ``receive`` targets handle),
+``model_calls`` (False: no span per model call; ``model_call`` targets are not wrapped at all) and
+``train_step`` (where a dispatch's training step and policy version come from: ``"baggage"``, the
+default, reads the baggage entries ``nemo.gym.train.step`` and ``nemo.gym.policy.version`` of its
+context, else of the process's ``BAGGAGE``; ``"off"``; or ``"120"``, ``"120:ckpt-120"`` for every
+dispatch of the process; see ``gym_instrument.record.step``).
 
 Called from the main thread, ``instrument()`` also makes a process stopped by SIGTERM (Slurm,
 Kubernetes; a uvicorn server raises it again after its shutdown) export the spans and metrics it
@@ -79,8 +83,9 @@ from gym_instrument.link.memory import DispatchLinks
 from gym_instrument.package import _instruments
 from gym_instrument.plan.engine import ENGINE, Setup
 from gym_instrument.record.exit import flush_on_signals, stop_flushing_on_signals
-from gym_instrument.record.job import JobContext, job_context
+from gym_instrument.record.job import JobContext, environment_baggage, job_context
 from gym_instrument.record.recorder import Recorder
+from gym_instrument.record.step import TRAIN_STEPS, StepSource
 from gym_instrument.role import ROLES
 from gym_instrument.role.base import Hops
 from gym_instrument.target.decorators import use_role_extractors
@@ -164,6 +169,8 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                     len(running.links),
                 )
         job = running.job if running is not None and unchanged("job_context") else job_context(config.job_context)
+        if running is None or not unchanged("train_step"):
+            TRAIN_STEPS.configure(config.train_step, environment_baggage())
         if running is not None and unchanged("link_dir", "link_files", "link_capacity"):
             link_files = running.link_files
         else:
@@ -207,6 +214,7 @@ class GymInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if running.link_files is not None:
                 running.link_files.close()  # what was queued is written
         ENGINE.configure(Setup(Recorder(), DispatchLinks(ENGINE.links.capacity), True))
+        TRAIN_STEPS.configure(StepSource())
 
 
 def _tasks_named(targets: tuple[Target, ...]) -> bool:

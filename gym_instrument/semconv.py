@@ -59,6 +59,11 @@ GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 GEN_AI_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+# The trainer's step whose rollouts a dispatch runs, and the policy version that generates them (on
+# dispatch spans; never a metric attribute: a run has as many steps as it trains). The baggage
+# entries a trainer sets to say them have the same names (BAGGAGE_TRAIN_STEP, BAGGAGE_POLICY_VERSION).
+TRAIN_STEP: Final = "nemo.gym.train.step"
+POLICY_VERSION: Final = "nemo.gym.policy.version"
 # How many model calls a rollout made, where its framework says (on the dispatch span).
 ROLLOUT_MODEL_CALLS: Final = "nemo.gym.rollout.model_calls"
 ERROR_TYPE_CANCELLED: Final = "cancelled"
@@ -67,6 +72,10 @@ ERROR_TYPE_OTHER: Final = "_OTHER"
 
 # W3C baggage entry that names the rollout in everything a dispatch causes.
 BAGGAGE_ROLLOUT_ID: Final = "nemo.gym.rollout.id"
+# W3C baggage entries a trainer sets around the rollouts of one step: every dispatch they reach
+# carries them as TRAIN_STEP (a whole number >= 0) and POLICY_VERSION (record.step).
+BAGGAGE_TRAIN_STEP: Final = "nemo.gym.train.step"
+BAGGAGE_POLICY_VERSION: Final = "nemo.gym.policy.version"
 
 # Metrics: bounded attributes only (SPEC section 5).
 METRIC_REWARDED: Final = "gym.rollout.rewarded_total"

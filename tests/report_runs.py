@@ -4,9 +4,10 @@ A run (:func:`generate`) is tasks × repeats of rollouts, each attempt of one (t
 dispatch; an attempt may fail (and be retried, or not), be scored over several steps under a reward
 rule (with step data where every rule gives another answer), carry masked, failure-kind and
 non-numeric steps, a verdict (a failed rollout too; sometimes a later re-check), token totals or
-model calls. Rollout ids are in the index form, a template's form, a custom form, or absent; verify
-spans are in the dispatch's process or in another one (another parent); some dispatch spans are
-lost, as when one process's file is missing.
+model calls, and in some runs the training step and policy version its dispatch names (a rollout
+now and then outside every step, or with a step of the wrong type). Rollout ids are in the index
+form, a template's form, a custom form, or absent; verify spans are in the dispatch's process or in
+another one (another parent); some dispatch spans are lost, as when one process's file is missing.
 
 :func:`write` makes the spans with the real OpenTelemetry SDK (one tracer provider per process,
 each with its resource), encodes them with OpenTelemetry's OTLP/JSON file exporter (the encoder of
@@ -73,6 +74,8 @@ class Attempt:
     dispatch_read: bool = True  # False: the dispatch span is not in the files
     cross_process: bool = False  # its verifies run in another process (another parent, in the dispatch's trace)
     attributes_for_attempt: bool = True  # the dispatch says its repeat and attempt (else: the index-form id does)
+    step: Any = None  # the dispatch's nemo.gym.train.step attribute (None: absent; a str: of the wrong type)
+    policy: str | None = None  # its nemo.gym.policy.version
 
 
 @dataclass
@@ -84,6 +87,7 @@ class Run:
     threshold: float
     limit: float
     shared_trace: bool  # every dispatch in one job trace (the launcher's TRACEPARENT as parent)
+    with_steps: bool = False  # its dispatches name training steps
 
     def label(self, task: int) -> str:
         task_id, task_index = self.tasks[task]
@@ -136,44 +140,62 @@ def generate(rng: random.Random, tasks: list[tuple[str | None, int | None]] | No
         threshold=rng.choice((1.0, 1.0, 0.5)),
         limit=rng.choice((0.05, 0.3, 0.6)),
         shared_trace=id_form != "none" and rng.random() < 0.2,
+        with_steps=rng.random() < 0.6,
     )
+    step_count = rng.randint(1, 4)
+    # A trainer re-runs its tasks at every step (the same task indices and repeats, each step's rollouts in
+    # traces of their own), or its tasks are spread over the steps.
+    rounds_of_steps = run.with_steps and rng.random() < 0.5
+    if rounds_of_steps:
+        run.shared_trace = False  # (one trace would hold one rollout id of every step: one rollout)
     clock = CLOCK
     custom = iter(rng.sample(range(10_000, 99_999), 200))
-    for task in range(len(tasks)):
-        for repeat in range(rng.randint(1, 3)):
-            retries = rng.choice((0, 0, 0, 1, 1, 2))
-            for attempt in range(retries + 1):
-                clock += rng.randint(1, 5) * MS
-                last = attempt == retries
-                task_id, task_index = tasks[task]
-                suffix = f"-a{attempt}" if attempt else ""
-                rollout_id = {
-                    "index": f"{task_index}-{repeat}{suffix}",
-                    "template": f"{task_id}-r{repeat}{suffix}",
-                    "custom": f"ep-{next(custom)}",
-                    "none": None,
-                }[id_form]
-                item = Attempt(task, repeat, attempt, rollout_id, clock)
-                # Every attempt but the last failed; the last fails now and then too (retried or not).
-                if not last or rng.random() < 0.15:
-                    item.error = rng.choice(ERRORS)
-                item.rule, item.steps = _steps(rng, clock)
-                if item.error is not None and rng.random() < 0.6:
-                    item.steps = []  # most failed dispatches never reached a verify
-                if rng.random() < 0.6:
-                    judged = [(CLOCK + 10**12, rng.choice(VERDICTS), tuple(sorted(rng.sample(CHECKS, rng.randint(0, 2)))))]
-                    if rng.random() < 0.15:  # a re-check, later
-                        judged.append((CLOCK + 2 * 10**12, rng.choice(VERDICTS), ()))
-                    item.verdicts = judged
-                tokens = rng.random()
-                if tokens < 0.25:
-                    item.totals = (rng.randint(0, 900), rng.randint(0, 300), rng.randint(1, 4))
-                if 0.15 < tokens < 0.45:
-                    item.calls = [(rng.randint(0, 500), rng.randint(0, 200)) for _ in range(rng.randint(1, 3))]
-                item.dispatch_read = rng.random() > 0.07
-                item.cross_process = rng.random() < 0.4
-                item.attributes_for_attempt = id_form != "index" or rng.random() < 0.7
-                run.attempts.append(item)
+    for round_step in range(step_count) if rounds_of_steps else [None]:
+        for task in range(len(tasks)):
+            for repeat in range(rng.randint(1, 3)):
+                # The trainer's step of this rollout (its retries are in the same step): the round's, or one of
+                # the steps; now and then none (sent outside every step). Its policy: the step's, sometimes the
+                # one before (an asynchronous trainer's), or unsaid.
+                if rounds_of_steps:
+                    step = round_step
+                else:
+                    step = rng.randrange(step_count) if run.with_steps and rng.random() < 0.9 else None
+                policy = None if step is None else rng.choice((f"ckpt-{step}", f"ckpt-{step}", f"ckpt-{max(step - 1, 0)}", None))
+                retries = rng.choice((0, 0, 0, 1, 1, 2))
+                for attempt in range(retries + 1):
+                    clock += rng.randint(1, 5) * MS
+                    last = attempt == retries
+                    task_id, task_index = tasks[task]
+                    suffix = f"-a{attempt}" if attempt else ""
+                    rollout_id = {
+                        "index": f"{task_index}-{repeat}{suffix}",
+                        "template": f"{task_id}-r{repeat}{suffix}",
+                        "custom": f"ep-{next(custom)}",
+                        "none": None,
+                    }[id_form]
+                    item = Attempt(task, repeat, attempt, rollout_id, clock, step=step, policy=policy)
+                    if step is not None and not rounds_of_steps and rng.random() < 0.03:
+                        item.step = str(step)  # a step of the wrong type: not a step
+                    # Every attempt but the last failed; the last fails now and then too (retried or not).
+                    if not last or rng.random() < 0.15:
+                        item.error = rng.choice(ERRORS)
+                    item.rule, item.steps = _steps(rng, clock)
+                    if item.error is not None and rng.random() < 0.6:
+                        item.steps = []  # most failed dispatches never reached a verify
+                    if rng.random() < 0.6:
+                        judged = [(CLOCK + 10**12, rng.choice(VERDICTS), tuple(sorted(rng.sample(CHECKS, rng.randint(0, 2)))))]
+                        if rng.random() < 0.15:  # a re-check, later
+                            judged.append((CLOCK + 2 * 10**12, rng.choice(VERDICTS), ()))
+                        item.verdicts = judged
+                    tokens = rng.random()
+                    if tokens < 0.25:
+                        item.totals = (rng.randint(0, 900), rng.randint(0, 300), rng.randint(1, 4))
+                    if 0.15 < tokens < 0.45:
+                        item.calls = [(rng.randint(0, 500), rng.randint(0, 200)) for _ in range(rng.randint(1, 3))]
+                    item.dispatch_read = rng.random() > 0.07
+                    item.cross_process = rng.random() < 0.4
+                    item.attributes_for_attempt = id_form != "index" or rng.random() < 0.7
+                    run.attempts.append(item)
     return run
 
 
@@ -193,6 +215,10 @@ def _identity(run: Run, item: Attempt) -> dict[str, Any]:
     if item.rollout_id is not None:
         attributes["nemo.gym.rollout.id"] = item.rollout_id
     attributes["nemo.gym.agent.name"] = "agent"
+    if item.step is not None:
+        attributes["nemo.gym.train.step"] = item.step
+    if item.policy is not None:
+        attributes["nemo.gym.policy.version"] = item.policy
     return attributes
 
 
@@ -355,13 +381,13 @@ class Truth:
 def truths(run: Run) -> tuple[list[Truth], list[Attempt], list[Attempt]]:
     """(the rollouts, the failed attempts a retry replaced, the attempts whose dispatch was not read)."""
     read = [item for item in run.attempts if item.dispatch_read]
-    highest: dict[tuple[int, int], int] = {}
+    highest: dict[tuple[int, int, int | None], int] = {}
     for item in read:
-        pair = (item.task, item.repeat)
+        pair = (item.task, item.repeat, step_of(item))  # a trainer numbers its tasks anew at every step
         highest[pair] = max(highest.get(pair, 0), item.attempt)
     rollouts, replaced = [], []
     for item in read:
-        if item.error is not None and item.attempt < highest[(item.task, item.repeat)]:
+        if item.error is not None and item.attempt < highest[(item.task, item.repeat, step_of(item))]:
             replaced.append(item)
             continue
         reward = kind = None
@@ -386,6 +412,51 @@ def truths(run: Run) -> tuple[list[Truth], list[Attempt], list[Attempt]]:
 
 
 INFRA = ("masked", "failure kind", "failed dispatch")
+
+
+def step_of(item: Attempt) -> int | None:
+    """The step a rollout is counted under: its dispatch's step attribute when it is an int >= 0."""
+    return item.step if type(item.step) is int and item.step >= 0 else None
+
+
+def tokens_of(item: Attempt) -> tuple[int, int, int, bool] | None:
+    """A rollout's (input, output, model calls, from its dispatch's totals): its totals, else its model calls summed."""
+    if item.totals is not None:
+        return (item.totals[0], item.totals[1], item.totals[2], True)
+    if item.calls:
+        return (sum(c[0] for c in item.calls), sum(c[1] for c in item.calls), len(item.calls), False)
+    return None
+
+
+def _step_counts(rollouts: list[Truth]) -> dict[str, Any]:
+    rewards = [truth.reward for truth in rollouts if truth.reward is not None]
+    successes = sum(truth.outcome == "success" for truth in rollouts)
+    infra = sum(truth.outcome in INFRA for truth in rollouts)
+    used = [tokens for truth in rollouts if (tokens := tokens_of(truth.item)) is not None]
+    total = sum(tokens[0] + tokens[1] for tokens in used)
+    return {
+        "policy_versions": sorted({truth.item.policy for truth in rollouts if truth.item.policy is not None}),
+        "rollouts": len(rollouts),
+        "scored": len(rewards),
+        "successes": successes,
+        "mean_reward": sum(rewards) / len(rewards) if rewards else None,
+        "success_rate": successes / len(rewards) if rewards else None,
+        "infra_failures": infra,
+        "infra_share": infra / len(rollouts),
+        "token_rollouts": len(used),
+        "tokens": total,
+        "tokens_mean": total / len(used) if used else None,
+    }
+
+
+def expected_steps(rollouts: list[Truth]) -> dict[int | None, dict[str, Any]] | None:
+    """Per step, its rollouts' figures (the rollouts of no step under None); None when no rollout has a step."""
+    by_step: dict[int | None, list[Truth]] = {}
+    for truth in rollouts:
+        by_step.setdefault(step_of(truth.item), []).append(truth)
+    if all(step is None for step in by_step):
+        return None
+    return {step: _step_counts(mine) for step, mine in by_step.items()}
 
 
 def _counts(rollouts: list[Truth]) -> dict[str, Any]:
@@ -432,18 +503,12 @@ def expected_report(run: Run) -> dict[str, Any]:
         name = truth.verdict[0] if truth.verdict else None
         column = "no verdict" if name is None else (name if name in ("healthy", "unhealthy", "unobserved") else "other verdict")
         crossed[(truth.outcome, column)] += 1
-    chains: dict[tuple[int, int], list[Attempt]] = {}
+    chains: dict[tuple[int, int, int | None], list[Attempt]] = {}
     for item in read:
-        chains.setdefault((item.task, item.repeat), []).append(item)
+        chains.setdefault((item.task, item.repeat, step_of(item)), []).append(item)
     retried = [chain for chain in chains.values() if len(chain) > 1 or max(item.attempt for item in chain) > 0]
     still_failed = sum(1 for chain in retried if max(chain, key=lambda item: item.attempt).error is not None)
-    tokens = []
-    for truth in rollouts:
-        item = truth.item
-        if item.totals is not None:
-            tokens.append((item.totals[0], item.totals[1], item.totals[2], True))
-        elif item.calls:
-            tokens.append((sum(c[0] for c in item.calls), sum(c[1] for c in item.calls), len(item.calls), False))
+    tokens = [used for truth in rollouts if (used := tokens_of(truth.item)) is not None]
     share = everything["infra"] / everything["rollouts"] if everything["rollouts"] else None
     return {
         "run": {
@@ -479,8 +544,24 @@ def expected_report(run: Run) -> dict[str, Any]:
             "from_dispatch_totals": sum(t[3] for t in tokens),
         },
         "infra": {"failures": everything["infra"], "share": share, "over_limit": share is not None and share > run.limit},
+        **({"steps": steps} if (steps := expected_steps(rollouts)) is not None else {}),
         "exit_code": 4 if share is not None and share > run.limit else 0,
     }
+
+
+STEP_FIGURES = (
+    "policy_versions",
+    "rollouts",
+    "scored",
+    "successes",
+    "mean_reward",
+    "success_rate",
+    "infra_failures",
+    "infra_share",
+    "token_rollouts",
+    "tokens",
+    "tokens_mean",
+)
 
 
 def report_figures(figures: dict[str, Any]) -> dict[str, Any]:
@@ -524,7 +605,12 @@ def report_figures(figures: dict[str, Any]) -> dict[str, Any]:
     health = figures["health"]
     tokens = figures["tokens"]
     infra = figures["infra_failures"]
+    steps = {
+        step["step"]: {name: step[name] for name in STEP_FIGURES}
+        for step in figures.get("steps", [])  # (absent: no rollout's dispatch named a step)
+    }
     return {
+        **({"steps": steps} if "steps" in figures else {}),
         "run": {
             "tasks": run["tasks"],
             "dispatches": run["dispatches"],
@@ -602,6 +688,9 @@ def _change(a: dict[str, Any], b: dict[str, Any]) -> str:
     return "same"
 
 
+COMPARED_STEP_FIGURES = ("rollouts", "mean_reward", "success_rate", "infra_share", "tokens_mean")
+
+
 def expected_compare(run_a: Run, run_b: Run) -> dict[str, Any]:
     """What ``compare`` must say of B against A, per task and overall."""
     report_a, report_b = expected_report(run_a), expected_report(run_b)
@@ -614,7 +703,16 @@ def expected_compare(run_a: Run, run_b: Run) -> dict[str, Any]:
         a, b = _measures(counts_a, health_a), _measures(counts_b, health_b)
         tasks[label] = {"change": _change(a, b), **{name: {"a": a[name], "b": b[name]} for name in a}}
     a, b = _measures(report_a["run"], health_a), _measures(report_b["run"], health_b)
+    steps_a, steps_b = report_a.get("steps") or {}, report_b.get("steps") or {}
+    steps = {
+        step: {
+            name: {"a": (steps_a.get(step) or {}).get(name), "b": (steps_b.get(step) or {}).get(name)}
+            for name in COMPARED_STEP_FIGURES
+        }
+        for step in steps_a.keys() | steps_b.keys()
+    }
     return {
+        **({"steps": steps} if steps else {}),
         "tasks": tasks,
         "overall_change": _change(a, b),
         "overall": {name: {"a": a[name], "b": b[name]} for name in a},
@@ -627,7 +725,12 @@ def expected_compare(run_a: Run, run_b: Run) -> dict[str, Any]:
 def compare_figures(comparison: dict[str, Any]) -> dict[str, Any]:
     """The same subset of what ``compare --format json`` said."""
     names = ("mean_reward", "success_rate", "unhealthy_rate", "infra_rate")
+    steps = {
+        step["step"]: {name: {side: step["measures"][name][side] for side in "ab"} for name in COMPARED_STEP_FIGURES}
+        for step in comparison.get("steps", [])
+    }
     return {
+        **({"steps": steps} if "steps" in comparison else {}),
         "tasks": {
             task["task"]: {
                 "change": task["change"],

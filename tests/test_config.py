@@ -109,6 +109,7 @@ def test_every_setting_is_declared_once_with_its_variable() -> None:
         "propagation": "OTEL_PYTHON_GYM_PROPAGATION",
         "server_telemetry": "OTEL_PYTHON_GYM_SERVER_TELEMETRY",
         "model_calls": "OTEL_PYTHON_GYM_MODEL_CALLS",
+        "train_step": "OTEL_PYTHON_GYM_TRAIN_STEP",
         "config": "OTEL_PYTHON_GYM_CONFIG",
         "extractors": None,  # code only
         "replace_default_extractors": None,

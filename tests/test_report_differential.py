@@ -3,7 +3,8 @@
 Each example is a run from :mod:`tests.report_runs`: tasks and repeats, multi-step rollouts under
 every reward rule (with step data where the rules disagree), failed dispatches and their retries,
 failure kinds, masked and non-numeric rewards, verdicts (failed rollouts' too, and re-checks),
-tokens, index, template, custom and absent rollout ids, spans of three processes exported by the
+tokens, training steps and policy versions (per step: reward, success, infrastructure failures and
+tokens, compared step by step), index, template, custom and absent rollout ids, spans of three processes exported by the
 real SDK through OpenTelemetry's OTLP/JSON file exporter, lines shuffled within and across files,
 some dispatch spans lost. The figures the command prints with ``--format json`` must equal what
 :func:`~tests.report_runs.expected_report` computes from the run itself. Most examples call the
@@ -66,6 +67,7 @@ def described(run: Run) -> str:
         lines.append(
             f"  {run.label(item.task)} r{item.repeat} a{item.attempt} {item.rollout_id} error={item.error}"
             f" rule={item.rule} [{steps}] verdicts={item.verdicts} read={item.dispatch_read} cross={item.cross_process}"
+            f" step={item.step!r} policy={item.policy}"
         )
     return "\n".join(lines)
 

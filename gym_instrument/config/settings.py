@@ -21,7 +21,9 @@ from typing import Any
 
 from gym_instrument.config.declare import parse_config, target_entries, target_from_mapping, target_from_short
 from gym_instrument.frameworks import FRAMEWORKS
+from gym_instrument.record.attributes import utf8_safe
 from gym_instrument.record.job import JOB_LINK, JOB_MODES
+from gym_instrument.record.step import STEP_FIXED, STEP_FROM_BAGGAGE, STEP_OFF, StepSource, whole_step
 from gym_instrument.role import ROLES
 from gym_instrument.schema.extractors import Extractor
 from gym_instrument.target.find import target_problem
@@ -40,6 +42,7 @@ ENV_LINK_FILES = "OTEL_PYTHON_GYM_LINK_FILES"
 ENV_PROPAGATION = "OTEL_PYTHON_GYM_PROPAGATION"
 ENV_SERVER_TELEMETRY = "OTEL_PYTHON_GYM_SERVER_TELEMETRY"
 ENV_MODEL_CALLS = "OTEL_PYTHON_GYM_MODEL_CALLS"
+ENV_TRAIN_STEP = "OTEL_PYTHON_GYM_TRAIN_STEP"
 # Not an instrument() setting: the file the gym_json_file exporters write to (tools.export), read
 # when the SDK builds them (with no arguments).
 ENV_JSON_FILE = "OTEL_PYTHON_GYM_JSON_FILE"
@@ -118,6 +121,23 @@ def parse_job_mode(value: str) -> str:
     if mode not in JOB_MODES:
         raise ValueError(f"job context must be one of {', '.join(JOB_MODES)}, got {value!r}")
     return mode
+
+
+def parse_train_step(value: Any) -> StepSource:
+    """``"baggage"``, ``"off"``, a step (``120``, ``"120"``) or a step and a policy version
+    (``"120:ckpt-120"``: the version is everything after the first colon)."""
+    if isinstance(value, StepSource):
+        return value
+    if isinstance(value, str) and value.strip().lower() in (STEP_FROM_BAGGAGE, STEP_OFF):
+        return StepSource(value.strip().lower())
+    step_text, version = value, None
+    if isinstance(value, str) and ":" in value:
+        step_text, version = value.split(":", 1)
+        version = version.strip()
+    step = whole_step(step_text)
+    if step is None or version == "":
+        raise ValueError(f"train step must be baggage, off, a whole number >= 0 or STEP:POLICY_VERSION, got {value!r}")
+    return StepSource(STEP_FIXED, step, None if version is None else utf8_safe(version))
 
 
 def parse_extractors(value: Any) -> Mapping[str, tuple[Extractor, ...]]:
@@ -258,6 +278,9 @@ class GymConfig:
     server_telemetry: bool = field(default=True, metadata=_declare(ENV_SERVER_TELEMETRY, parse_bool))
     # One span per model call (model_call targets); False: those targets are not wrapped at all.
     model_calls: bool = field(default=True, metadata=_declare(ENV_MODEL_CALLS, parse_bool))
+    # Where a dispatch's training step and policy version come from (record.step): "baggage" (the
+    # context's, else the process's BAGGAGE), "off", or a fixed "STEP[:POLICY_VERSION]" for the process.
+    train_step: StepSource = field(default=StepSource(), metadata=_declare(ENV_TRAIN_STEP, parse_train_step))
     # Code only: no environment variable.
     extractors: Mapping[str, tuple[Extractor, ...]] = field(
         default_factory=_no_extractors, metadata=_declare(None, parse_extractors, combine=_more_extractors)

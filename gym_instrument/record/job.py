@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Mapping
 
-from opentelemetry import propagate, trace
+from opentelemetry import baggage, propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link
@@ -79,6 +79,19 @@ def job_context(mode: str, environ: Mapping[str, str] | None = None) -> JobConte
         )
         return None
     return JobContext(extracted, span_context, as_parent=mode == JOB_PARENT)
+
+
+def environment_baggage(environ: Mapping[str, str] | None = None) -> Mapping[str, object]:
+    """The W3C baggage entries of this process's ``BAGGAGE`` variable (empty when it has none), read
+    through the configured propagators as ``TRACEPARENT`` is, with or without a ``TRACEPARENT``."""
+    environ = os.environ if environ is None else environ
+    if not environ.get("BAGGAGE", "").strip():
+        return {}
+    try:
+        return baggage.get_all(propagate.extract(environ, getter=_EnvironmentGetter()))
+    except Exception as error:  # a propagator of the user's that fails: the environment's baggage is left out
+        _LOG.warning("gym_instrument: BAGGAGE not read: %s", error)
+        return {}
 
 
 def has_parent(current: Context) -> bool:

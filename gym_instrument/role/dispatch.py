@@ -9,6 +9,7 @@ from opentelemetry.context import Context
 
 from gym_instrument import semconv
 from gym_instrument.link.identity import RolloutIdentity
+from gym_instrument.record.step import TRAIN_STEPS
 from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Pending, Role, RoleCall
 from gym_instrument.role.read_result import hold
 from gym_instrument.schema.base import RolloutSchema
@@ -26,7 +27,13 @@ class DispatchRole(Role):
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
         identity = call.schema.identity(row)
-        return (identity_attributes(identity) if call.defaults else {}), identity
+        attributes = identity_attributes(identity) if call.defaults else {}
+        # The trainer's step and policy version, from the source the train_step setting declares
+        # (not a rule of the row: its extractors replacing the defaults keep it).
+        step = TRAIN_STEPS.of(current)
+        if step is not None:
+            attributes.update(step)
+        return attributes, identity
 
     def relays(self, call: RoleCall, current: Context) -> bool:
         # A relay of a rollout already in flight (NeMo Gym 0.7.0's environment server forwards the

@@ -12,13 +12,17 @@ A task's change: ``new`` when it has a score in B and had none in A; ``worse`` w
 has none; else the first of mean reward, success rate, unhealthy share, infrastructure-failure share
 that moved decides ``worse`` or ``better``; ``same`` only when none moved. The run's change is
 decided the same way.
+
+When either run's dispatches name a training step (``nemo.gym.train.step``), its steps are compared
+too, matched by number: rollouts, mean reward, success rate, infrastructure-failure share and tokens
+per rollout, for A, for B, and B − A (``comparison["steps"]``, absent otherwise).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gym_instrument.tools.report.text import kinds_text, milliseconds, number, percent, plural, render_table
+from gym_instrument.tools.report.text import kinds_text, milliseconds, number, percent, plural, render_table, shown_steps
 
 EPSILON = 1e-9
 # What "worse" means, in order: a lower mean reward, then a lower success rate, then more unhealthy, then more
@@ -151,6 +155,39 @@ def _sort_key(task: dict[str, Any]) -> tuple[Any, ...]:
     return (rank, *diffs, task["task"])
 
 
+# A step's measures, as the report's per-step figures name them, and how each is shown.
+STEP_MEASURES = (
+    ("rollouts", "count"),
+    ("mean_reward", "number"),
+    ("success_rate", "percent"),
+    ("infra_share", "percent"),
+    ("tokens_mean", "tokens"),
+)
+
+
+def _step_order(step: int | None) -> tuple[bool, int]:
+    return (step is None, step or 0)
+
+
+def compare_steps(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Each training step of either run (matched by number; rollouts of no step last), A, B and B − A;
+    None when neither run's dispatches name a step."""
+    steps_a = {step["step"]: step for step in a.get("steps") or []}
+    steps_b = {step["step"]: step for step in b.get("steps") or []}
+    if not steps_a and not steps_b:
+        return None
+    compared = []
+    for step_number in sorted(steps_a.keys() | steps_b.keys(), key=_step_order):
+        step_a, step_b = steps_a.get(step_number), steps_b.get(step_number)
+        measures = {}
+        for name, _ in STEP_MEASURES:
+            value_a = None if step_a is None else step_a[name]
+            value_b = None if step_b is None else step_b[name]
+            measures[name] = {"a": value_a, "b": value_b, "diff": _diff(value_a, value_b)}
+        compared.append({"step": step_number, "measures": measures})
+    return compared
+
+
 def _infra(figures: dict[str, Any]) -> dict[str, Any]:
     """A run's infrastructure failures, without the per-task counts (those are in the tasks' measures)."""
     return {key: value for key, value in figures["infra_failures"].items() if key != "tasks"}
@@ -185,7 +222,9 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
     only_a = [task["task"] for key, task in tasks_a.items() if key not in tasks_b]
     only_b = [task["task"] for key, task in tasks_b.items() if key not in tasks_a]
     changes = {name: sum(task["change"] == name for task in tasks) for name in CHANGES}
+    steps = compare_steps(a, b)
     return {
+        **({"steps": steps} if steps is not None else {}),
         "a": _side(a, a_name),
         "b": _side(b, b_name),
         "success_threshold": a["run"]["success_threshold"],
@@ -372,6 +411,37 @@ def summary(comparison: dict[str, Any], html_path: str | None = None, task_rows:
         ]
         if len(tasks) > task_rows:
             out.append(f"... and {len(tasks) - task_rows} more tasks (all of them in the HTML page and in --format json)")
+    out += step_comparison_lines(comparison.get("steps"))
     if html_path:
         out += ["", f"comparison: {html_path}"]
     return "\n".join(out)
+
+
+def step_pair(step: dict[str, Any], name: str, kind: str) -> str:
+    """A step's measure A -> B, with the change when both have it."""
+    item = step["measures"][name]
+    change = f" ({diff_text(item['diff'], kind)})" if item["diff"] is not None else ""
+    return f"{value_text(item['a'], kind)} -> {value_text(item['b'], kind)}{change}"
+
+
+def step_comparison_lines(steps: list[dict[str, Any]] | None) -> list[str]:
+    """Per training step, A -> B; nothing when neither run names a step."""
+    if not steps:
+        return []
+    shown = shown_steps(steps)
+    counted = sum(step["step"] is not None for step in steps)
+    head = f"per training step, A -> B ({plural(counted, 'step')}"
+    head += (
+        f", {len(shown)} evenly spaced shown, all of them in the HTML page and in --format json):"
+        if len(shown) < len(steps)
+        else "):"
+    )
+    rows = [
+        [
+            "(no step)" if step["step"] is None else step["step"],
+            *(step_pair(step, name, kind) for name, kind in STEP_MEASURES),
+        ]
+        for step in shown
+    ]
+    header = ["step", "rollouts", "mean reward", "success", "infra failures", "tokens / rollout"]
+    return ["", head, render_table(header, rows)]

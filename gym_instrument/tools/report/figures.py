@@ -18,6 +18,10 @@ has exactly one outcome (``OUTCOMES``):
   :func:`~gym_instrument.tools.report.rollouts.decide`);
 - ``unscored``: verified, no numeric reward and nothing failed; ``no verify``: no verify read.
 
+Per training step (``figures["steps"]``, only when some dispatch names a ``nemo.gym.train.step``):
+each rollout once, under its dispatch's step, with its reward, outcome and tokens
+(:mod:`gym_instrument.tools.report.steps`).
+
 Mean reward and success rate are over scored rollouts; shares (infrastructure failures, masked,
 failed, unhealthy) over rollouts. Verifies and verdicts whose dispatch was not read are counted
 apart (``rollouts_without_dispatch``, ``health.without_rollout``), each rollout of them once.
@@ -52,6 +56,7 @@ from gym_instrument.tools.report.rollouts import (
     decide,
 )
 from gym_instrument.tools.report.sketch import DurationSketch, TaskDurations, ks_for, pass_at_k
+from gym_instrument.tools.report.steps import StepFigures
 from gym_instrument.tools.report.tokens import ModelCalls, TokenFigures, token_count
 
 __all__ = ["TRACE_URL_PRESETS", "DurationSketch", "RunFigures", "pass_at_k", "trace_link", "trace_url_template"]
@@ -255,6 +260,7 @@ class Tally:
         self.checks: Counter[str] = Counter()
         self.verdicts_without_rollout = 0
         self.tokens = TokenFigures()
+        self.steps = StepFigures()
 
 
 def _by_count(counts: Counter[str]) -> dict[str, int]:
@@ -292,7 +298,7 @@ class RunFigures:
         self.failed: list[dict[str, Any]] = []  # the first failed dispatches read, by name
         self.unhealthy_seen: list[dict[str, Any]] = []  # the first unhealthy verdicts read, by name
         self.rows: dict[int, dict[str, Any]] = {}  # record -> the first dispatches read, by name
-        self.chains: dict[tuple[Any, int], list[dict[str, Any]]] = {}
+        self.chains: dict[tuple[int, int, int | None], list[dict[str, Any]]] = {}  # by (task, repeat, step)
         self.retried_dispatches = 0
         self.replayed_spans = 0
         self.services: Counter[str] = Counter()
@@ -395,11 +401,14 @@ class RunFigures:
                     heapq.heappush(self.slowest, entry)
                 else:
                     heapq.heapreplace(self.slowest, entry)
+        step = attributes.get(semconv.TRAIN_STEP)
+        step = step if type(step) is int and step >= 0 else None
+        policy = attributes.get(semconv.POLICY_VERSION)
         row = self.store.record(span.trace_id, rollout_id, span.span_id)
-        self._attempt(span, attributes, task, rollout_id, error_name, row)
+        self._attempt(span, attributes, task, rollout_id, error_name, row, step)
         if row < 0:
             return
-        self.store.dispatched(row, task.number, error_name, span.start_ns)
+        self.store.dispatched(row, task.number, error_name, span.start_ns, step, policy if type(policy) is str else None)
         tokens_in = token_count(attributes.get(semconv.GEN_AI_INPUT_TOKENS))
         tokens_out = token_count(attributes.get(semconv.GEN_AI_OUTPUT_TOKENS))
         if tokens_in is not None or tokens_out is not None:
@@ -416,11 +425,21 @@ class RunFigures:
                 "error_type": error_name,
                 "duration_ms": None if duration is None else duration / 1e6,
             }
+            if step is not None:
+                self.rows[row]["step"] = step
 
     def _attempt(
-        self, span: Span, attributes: dict[str, Any], task: Task, rollout_id: str | None, error: str | None, row: int
+        self,
+        span: Span,
+        attributes: dict[str, Any],
+        task: Task,
+        rollout_id: str | None,
+        error: str | None,
+        row: int,
+        step: int | None,
     ) -> None:
-        """Follow a (task, repeat) that failed or was retried: its attempts are one chain."""
+        """Follow a (task, repeat) that failed or was retried: its attempts are one chain. In a run of
+        training steps, each step's: a trainer numbers its tasks and repeats anew at every step."""
         repeat, attempt = attributes.get(semconv.ROLLOUT_REPEAT), attributes.get(semconv.ROLLOUT_ATTEMPT)
         attempt = attempt if type(attempt) is int else None
         repeat = repeat if type(repeat) is int else None
@@ -433,7 +452,7 @@ class RunFigures:
             self.retried_dispatches += 1
         if repeat is None:
             return
-        pair = (task.number, repeat)
+        pair = (task.number, repeat, step)
         chain = self.chains.get(pair)
         if chain is None:
             if (error is None and attempt == 0) or len(self.chains) >= CHAINS:
@@ -447,6 +466,7 @@ class RunFigures:
                 "task": task.label,
                 "task_index": task.task_index,
                 "repeat": repeat,
+                "step": step,
                 "trace_id": span.trace_id,
                 "span_id": span.span_id,
                 "start": span.start_ns,
@@ -557,6 +577,10 @@ class RunFigures:
                 tally.checks.update(judged[1])
             if used is not None:
                 tally.tokens.add(used, task.label, outcome_label(outcome, reward))
+            if store.step is not None:
+                step, policy = store.step_of(row)
+                tokens = None if used is None else used[0] + used[1]
+                tally.steps.add(step, policy, reward, outcome == SUCCESS, outcome in INFRA_OUTCOMES, tokens)
         return tally
 
     def figures(self, stats: ReadStats | None = None) -> dict[str, Any]:
@@ -688,6 +712,9 @@ class RunFigures:
         }
         figures["retries"] = self._retries()
         figures["rollouts"] = self._rollout_rows()
+        steps = tally.steps.figures()
+        if steps is not None:  # a run whose dispatches name no training step has no per-step figures
+            figures["steps"] = steps
         return figures
 
     def _task_figures(self, task: Task, counts: RolloutCounts) -> dict[str, Any]:
@@ -838,7 +865,9 @@ class RunFigures:
             if len(chains) < LISTED:
                 listed = []
                 for step in ordered:
-                    entry = {key: value for key, value in step.items() if key not in ("row", "start", "task_index", "repeat")}
+                    entry = {
+                        key: value for key, value in step.items() if key not in ("row", "start", "task_index", "repeat", "step")
+                    }
                     if step["error_type"] is None and step["row"] >= 0:
                         shown = self._shown(step["row"], {})
                         entry.update(reward=shown["reward"], outcome=shown["outcome"], verdict=shown["verdict"])
@@ -850,6 +879,7 @@ class RunFigures:
                         "task": last["task"],
                         "task_index": last["task_index"],
                         "repeat": last["repeat"],
+                        **({"step": last["step"]} if last["step"] is not None else {}),
                         "outcome": outcome,
                         "attempts": listed,
                     }

@@ -13,7 +13,16 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from gym_instrument.tools.report.svg import Bar, Segment, duration_label, histogram, horizontal_bars, stacked_shares
+from gym_instrument.tools.report.svg import (
+    Bar,
+    Line,
+    Segment,
+    duration_label,
+    histogram,
+    horizontal_bars,
+    line_chart,
+    stacked_shares,
+)
 from gym_instrument.tools.report.text import milliseconds, number, percent, plural, span_text
 
 PICTURE_TASKS = 40  # tasks drawn in the reward-per-task chart
@@ -385,7 +394,8 @@ TASK_HEADER = [
 ]
 
 
-def _rollout_rows(rollouts: Sequence[dict[str, Any]]) -> list[str]:
+def _rollout_rows(rollouts: Sequence[dict[str, Any]], steps: bool = False) -> list[str]:
+    """The all-rollouts table's rows; ``steps``: with the training step of each (a run whose dispatches name one)."""
     rows = []
     for item in rollouts:
         reward_text, reward_sort = _reward(item)
@@ -403,6 +413,7 @@ def _rollout_rows(rollouts: Sequence[dict[str, Any]]) -> list[str]:
         cells = [
             _td(_name(item["task"]), text=True, css="name"),
             _td(_e(item["repeat"]), sort=item["repeat"] if item["repeat"] is not None else ""),
+            *([_td(_e(item.get("step")), sort=item.get("step", ""))] if steps else []),
             _td(rollout_id, text=True, sort=item["rollout_id"] or ""),
             _td(_name(item["agent"]), text=True),
             _td(reward_text, sort=reward_sort),
@@ -546,6 +557,80 @@ def infra_section(infra: dict[str, Any] | None, tasks: Sequence[dict[str, Any]])
     return "".join(parts) + "</section>"
 
 
+STEP_HEADER = [
+    ("step", False),
+    ("policy version", True),
+    ("rollouts", False),
+    ("infra failures", False),
+    ("scored", False),
+    ("succeeded", False),
+    ("mean reward", False),
+    ("success", False),
+    ("tokens / rollout", False),
+]
+
+
+def step_section(steps: Sequence[dict[str, Any]] | None) -> str:
+    """Reward, success, infrastructure failures and tokens per training step (nothing when no dispatch named a step)."""
+    from gym_instrument.tools.report.text import count_text, policy_text
+
+    if not steps:
+        return ""
+    numbered = [step for step in steps if step["step"] is not None]
+
+    def line(name: str, key: str, colour: str) -> Line:
+        return Line(name, colour, [(step["step"], step[key]) for step in numbered if step[key] is not None])
+
+    parts = [
+        "<h2 id='steps'>Steps</h2>",
+        "<p class='note'>Each rollout once, under the training step its dispatch names (<code>nemo.gym.train.step</code>,"
+        " with its <code>nemo.gym.policy.version</code>); rollouts whose dispatch names none are under “(no step)”. Mean"
+        " reward and success over the step's scored rollouts, infrastructure failures over its rollouts, tokens per rollout"
+        " over those with tokens.</p>",
+        "<div class='charts'>",
+        _figure(
+            "Mean reward per step (over scored rollouts)",
+            line_chart([line("mean reward", "mean_reward", "#4e79a7")], "step", "mean reward", lambda value: f"{value:.3g}"),
+        ),
+        _figure(
+            "Success (of scored) and infrastructure failures (of rollouts) per step",
+            line_chart(
+                [line("success", "success_rate", SUCCESS), line("infrastructure failures", "infra_share", FAILED)],
+                "step",
+                "share",
+                lambda value: f"{value:.0%}",
+                (0.0, 1.0),
+            ),
+        ),
+    ]
+    if any(step["tokens_mean"] is not None for step in numbered):
+        parts.append(
+            _figure(
+                "Tokens per rollout per step (mean)",
+                line_chart([line("tokens / rollout", "tokens_mean", "#76b7b2")], "step", "tokens", lambda value: f"{value:,.0f}"),
+            )
+        )
+    parts.append("</div>")
+    rows = []
+    for step in steps:
+        cells = [
+            _td("(no step)" if step["step"] is None else step["step"], sort=step["step"] if step["step"] is not None else ""),
+            _td(_e(policy_text(step)), text=True),
+            _td(step["rollouts"]),
+            _td(
+                f"{step['infra_failures']} <span class='muted'>{percent(step['infra_share'])}</span>", sort=step["infra_failures"]
+            ),
+            _td(step["scored"]),
+            _td(step["successes"]),
+            _td(number(step["mean_reward"]), sort=step["mean_reward"] if step["mean_reward"] is not None else ""),
+            _td(percent(step["success_rate"]), sort=step["success_rate"] if step["success_rate"] is not None else ""),
+            _td(count_text(step["tokens_mean"]), sort=step["tokens_mean"] if step["tokens_mean"] is not None else ""),
+        ]
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    parts.append(_table(STEP_HEADER, rows, table_id="steps-table"))
+    return "".join(parts)
+
+
 def token_section(tokens: dict[str, Any] | None) -> str:
     """Tokens per rollout and per task, against reward, and the slowest model calls (nothing when the spans have none)."""
     from gym_instrument.tools.report.text import count_text, token_lines
@@ -610,7 +695,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
         infra_section(figures.get("infra_failures"), tasks),
         "<nav><a href='#rewards'>Rewards</a><a href='#reward-health-section'>Reward × health</a><a href='#tasks'>Tasks</a>"
         "<a href='#groups'>Agents</a><a href='#rollouts'>All rollouts</a><a href='#health'>Health</a>"
-        "<a href='#time'>Time</a></nav>",
+        "<a href='#time'>Time</a>" + ("<a href='#steps'>Steps</a>" if figures.get("steps") else "") + "</nav>",
         _cards(figures),
         "<p class='note'>A rollout is a dispatch (a failed attempt that a retry replaced is not one); each is counted"
         " once, by what the verify that decides its reward says (its reward rule: last, sum, max or first). <b>Mean"
@@ -673,6 +758,8 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
     if len(tasks) > TABLE_TASKS:
         parts.append(f"<p class='muted'>{len(tasks) - TABLE_TASKS} more tasks in <code>--format json</code>.</p>")
 
+    parts.append(step_section(figures.get("steps")))
+
     groups = figures["groups"]
     parts.append("<h2 id='groups'>Per agent</h2>")
     parts.append(
@@ -719,6 +806,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
             [
                 ("task", True),
                 ("repeat", False),
+                *([("step", False)] if figures.get("steps") else []),
                 ("rollout id", True),
                 ("agent", True),
                 ("reward", False),
@@ -727,7 +815,7 @@ def render(figures: dict[str, Any], title: str = "gym-instrument report") -> str
                 ("duration", False),
                 ("trace", True),
             ],
-            _rollout_rows(rollouts["rows"]),
+            _rollout_rows(rollouts["rows"], steps=bool(figures.get("steps"))),
             table_id="rollouts-table",
             full=True,
         )
@@ -811,6 +899,54 @@ def _run_name(letter: str, run: dict[str, Any]) -> str:
     services = ", ".join(run.get("services") or []) or "(no service.name)"
     link = f" · <a href='{_e(Path(run['report']).name)}'>its report</a>" if run.get("report") else ""
     return f"<b>{letter}</b>: {_e(services)} <code>{_e(run['name'])}</code>{link}"
+
+
+def compare_step_section(steps: Sequence[dict[str, Any]] | None) -> str:
+    """Both runs per training step, matched by number: a chart of mean reward, and every step A → B."""
+    from gym_instrument.tools.report.compare import STEP_MEASURES, diff_text, value_text
+
+    if not steps:
+        return ""
+    numbered = [step for step in steps if step["step"] is not None]
+
+    def line(side: str, colour: str) -> Line:
+        points = [(step["step"], step["measures"]["mean_reward"][side]) for step in numbered]
+        return Line(f"mean reward, {side.upper()}", colour, [(x, y) for x, y in points if y is not None])
+
+    parts = [
+        "<h2 id='steps'>Steps</h2>",
+        "<p class='note'>Training steps (<code>nemo.gym.train.step</code> of each rollout's dispatch) matched by number;"
+        " a step only one run has shows “-” for the other. Mean reward and success over the step's scored rollouts,"
+        " infrastructure failures over its rollouts, tokens per rollout over those with tokens.</p>",
+        "<div class='charts'>",
+        _figure(
+            "Mean reward per step, A and B",
+            line_chart([line("a", "#9c9c9c"), line("b", "#4e79a7")], "step", "mean reward", lambda value: f"{value:.3g}"),
+        ),
+        "</div>",
+    ]
+    rows = []
+    for step in steps:
+        cells = [
+            _td("(no step)" if step["step"] is None else step["step"], sort=step["step"] if step["step"] is not None else "")
+        ]
+        for name, kind in STEP_MEASURES:
+            item = step["measures"][name]
+            shown = f"{value_text(item['a'], kind)} → {value_text(item['b'], kind)}"
+            if item["diff"] is not None:
+                shown += f" <span class='muted'>({diff_text(item['diff'], kind)})</span>"
+            cells.append(_td(shown, sort=item["diff"] if item["diff"] is not None else ""))
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    header = [
+        ("step", False),
+        ("rollouts A → B", False),
+        ("mean reward A → B", False),
+        ("success A → B", False),
+        ("infra failures A → B", False),
+        ("tokens / rollout A → B", False),
+    ]
+    parts.append(_table(header, rows, table_id="compare-steps"))
+    return "".join(parts)
 
 
 def render_compare(comparison: dict[str, Any], title: str = "gym-instrument compare") -> str:
@@ -932,6 +1068,7 @@ def render_compare(comparison: dict[str, Any], title: str = "gym-instrument comp
         *([("tokens / rollout A → B (Δ)", False)] if tokens else []),
     ]
     parts.append(_table(header, rows, table_id="compare-tasks", full=True))
+    parts.append(compare_step_section(comparison.get("steps")))
     for side, key in (("A", "only_in_a"), ("B", "only_in_b")):
         if comparison[key]:
             shown = comparison[key][:200]

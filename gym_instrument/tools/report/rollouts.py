@@ -24,8 +24,9 @@ rule. A failed dispatch makes its rollout a failure whatever its verifies say.
 
 **Memory.** Arrays; no span is kept. About 70 bytes a rollout (its key in an open-addressing
 table, the low half of its trace id, task, error type, dispatch start, verdict and its start,
-checks, first verify) and 25 a verify (start, reward, flags, failure kind, the next verify of its
-rollout). Each distinct error type, failure kind, verdict and list of checks is kept once. Up to
+checks, first verify), 12 more in a run whose dispatches name a training step (its step and policy
+version; nothing in a run without), and 25 a verify (start, reward, flags, failure kind, the next
+verify of its rollout). Each distinct error type, failure kind, verdict and list of checks is kept once. Up to
 ``ROLLOUT_CAPACITY`` rollouts and ``VERIFY_CAPACITY`` verifies: the spans of rollouts beyond are
 counted (``spans_not_kept``), not joined.
 """
@@ -203,7 +204,11 @@ class RolloutStore:
         self.verify_bits = bytearray()
         self.verify_kind = array("i")
         self.verify_next = array("i")
-        self.names = Interned()  # error types, failure kinds, verdicts
+        # Its dispatch's training step (-1: none) and policy version (-1: none): made when a dispatch
+        # first names one, so a run without steps keeps nothing for them.
+        self.step: array[int] | None = None
+        self.policy: array[int] | None = None
+        self.names = Interned()  # error types, failure kinds, verdicts, policy versions
         self.check_lists = Interned()
         self.tokens: dict[int, list[int]] = {}  # record -> [dispatch in, out, calls, has totals, spans' in, out, calls]
         self.merged_into: dict[int, int] = {}
@@ -234,9 +239,15 @@ class RolloutStore:
             column.append(-1)
         self.dispatch_start.append(0)
         self.verdict_start.append(0)
+        if self.step is not None and self.policy is not None:
+            self.step.append(-1)
+            self.policy.append(-1)
         return row
 
-    def dispatched(self, row: int, task: int, error_type: str | None, start: int) -> None:
+    def dispatched(
+        self, row: int, task: int, error_type: str | None, start: int, step: int | None = None, policy: str | None = None
+    ) -> None:
+        """Its dispatch: task, error type, start, and the training step and policy version it names."""
         flags = self.flags[row]
         failed = error_type is not None
         if flags & DISPATCHED:
@@ -248,6 +259,12 @@ class RolloutStore:
         self.task[row] = task
         self.error[row] = self.names.number(error_type) if failed else -1
         self.dispatch_start[row] = start
+        if self.step is None and (step is not None or policy is not None):
+            size = len(self.flags)
+            self.step, self.policy = array("q", [-1]) * size, array("i", [-1]) * size
+        if self.step is not None and self.policy is not None:
+            self.step[row] = -1 if step is None else step
+            self.policy[row] = -1 if policy is None else self.names.number(policy)
 
     def verified(self, row: int, start: int, reward: float | None, masked: bool, failure_kind: str | None, rule: str) -> None:
         number = len(self.verify_bits)
@@ -309,6 +326,13 @@ class RolloutStore:
     def verdict_of(self, row: int) -> tuple[str, tuple[str, ...]] | None:
         number = self.verdict[row]
         return None if number < 0 else (self.names.values[number], self.check_lists.values[self.checks[row]])
+
+    def step_of(self, row: int) -> tuple[int | None, str | None]:
+        """Its dispatch's training step and policy version (None, None: it named neither, or no dispatch did)."""
+        if self.step is None or self.policy is None:
+            return None, None
+        step, policy = self.step[row], self.policy[row]
+        return (None if step < 0 else step), (None if policy < 0 else self.names.values[policy])
 
     def error_of(self, row: int) -> str | None:
         number = self.error[row]

@@ -189,3 +189,100 @@ def stacked_shares(rows: Sequence[tuple[str, Sequence[Segment]]], label_width: i
         parts.append(f'<text x="{x:.1f}" y="{axis_y + 15}" text-anchor="middle" fill="#555">{share}%</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+POINTS_MARKED = 400  # a line of more points draws none of them (the table has every step)
+
+
+class Line(NamedTuple):
+    name: str
+    colour: str
+    points: Sequence[tuple[float, float]]  # (x, y), x increasing
+
+
+def _x_ticks(low: float, high: float) -> list[float]:
+    """Round, whole-number ticks from ``low`` to ``high`` (steps of a run)."""
+    ticks = count_ticks(high - low)
+    step = ticks[1] - ticks[0]
+    first = math.ceil(low / step) * step
+    return [float(tick) for tick in range(int(first), int(high) + 1, step)]
+
+
+def _value_ticks(low: float, high: float) -> list[float]:
+    """Four to seven round ticks covering ``low`` to ``high`` (steps of 1, 2 or 5 times a power of ten)."""
+    raw = (high - low) / 4
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(factor * power for factor in (1, 2, 5, 10) if factor * power >= raw)
+    first = math.floor(low / step + 1e-9)
+    last = math.ceil(high / step - 1e-9)
+    return [index * step for index in range(first, last + 1)]
+
+
+def line_chart(
+    lines: Sequence[Line],
+    x_title: str,
+    y_title: str,
+    y_format: Callable[[float], str],
+    y_range: tuple[float, float] | None = None,
+) -> str:
+    """One line per series over a whole-number x axis (training steps), a legend on top; each point has a
+    tooltip. ``y_range``: the y axis's ends (default: the values' own)."""
+    points = [point for line in lines for point in line.points]
+    if not points:
+        return ""
+    height, left, right, top_margin, bottom = 250, 56, 18, 28, 46
+    plot_w, plot_h = WIDTH - left - right, height - top_margin - bottom
+    x_low, x_high = min(x for x, _ in points), max(x for x, _ in points)
+    if x_high == x_low:
+        x_low, x_high = x_low - 0.5, x_high + 0.5
+    if y_range is not None:
+        y_low, y_high = y_range
+        y_ticks = [y_low + index * (y_high - y_low) / 4 for index in range(5)]
+    else:
+        y_low, y_high = min(y for _, y in points), max(y for _, y in points)
+        if y_high == y_low:
+            y_low, y_high = y_low - 0.5, y_high + 0.5
+        y_ticks = _value_ticks(y_low, y_high)
+        y_low, y_high = y_ticks[0], y_ticks[-1]
+
+    def at_x(x: float) -> float:
+        return left + (x - x_low) / (x_high - x_low) * plot_w
+
+    def at_y(y: float) -> float:
+        return top_margin + plot_h - (y - y_low) / (y_high - y_low) * plot_h
+
+    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" {FONT}>']
+    x = 0.0
+    for line in lines:
+        if line.points:
+            parts.append(f'<rect x="{x:.0f}" y="6" width="12" height="12" fill="{line.colour}"/>')
+            parts.append(f'<text x="{x + 16:.0f}" y="16">{_e(line.name)}</text>')
+            x += 26 + 7 * len(line.name)
+    for value in y_ticks:
+        y = at_y(value)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{WIDTH - right}" y2="{y:.1f}" stroke="#e5e5e5"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#555">{_e(y_format(value))}</text>')
+    base = top_margin + plot_h
+    for tick in _x_ticks(x_low, x_high):
+        parts.append(
+            f'<text class="x-tick" x="{at_x(tick):.1f}" y="{base + 15}" text-anchor="middle" fill="#555">{tick:.0f}</text>'
+        )
+    parts.append(f'<text x="{left + plot_w / 2:.1f}" y="{base + 34}" text-anchor="middle" fill="#333">{_e(x_title)}</text>')
+    parts.append(
+        f'<text transform="translate(13,{top_margin + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle" fill="#333">'
+        f"{_e(y_title)}</text>"
+    )
+    for line in lines:
+        if not line.points:
+            continue
+        path = " ".join(f"{at_x(px):.1f},{at_y(py):.1f}" for px, py in line.points)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{line.colour}" stroke-width="2"/>')
+        if len(line.points) > POINTS_MARKED:
+            continue  # a long run's line without a mark (and a tooltip) per step: the page stays small
+        for px, py in line.points:
+            tip = _e(f"{x_title} {px:g}: {line.name} {y_format(py)}")
+            parts.append(
+                f'<circle cx="{at_x(px):.1f}" cy="{at_y(py):.1f}" r="2.5" fill="{line.colour}"><title>{tip}</title></circle>'
+            )
+    parts.append("</svg>")
+    return "".join(parts)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 TASK_ROWS = 30  # tasks shown in the terminal; the HTML page and the JSON have them all
+STEP_ROWS = 30  # training steps shown in the terminal, evenly spaced (the first and the last always)
 ROLLOUT_ROWS = 10
 
 
@@ -236,6 +237,7 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
         out += ["", render_table(TASK_HEADER, task_rows(tasks[:TASK_ROWS]))]
         if len(tasks) > TASK_ROWS:
             out.append(f"... and {len(tasks) - TASK_ROWS} more tasks (all of them in the HTML page and in --format json)")
+    out += step_lines(figures.get("steps"))
     errors = figures["errors"]
     if errors["by_type"]:
         out += ["", "errors by error.type: " + ", ".join(f"{name} {count}" for name, count in errors["by_type"].items())]
@@ -273,7 +275,11 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
         )
     retries = figures.get("retries")
     if retries and (retries["retried_dispatches"] or retries["chains"]):
-        chains = [" -> ".join(str(step["rollout_id"]) for step in chain["attempts"]) for chain in retries["chains"][:5]]
+        chains = [
+            " -> ".join(str(step["rollout_id"]) for step in chain["attempts"])
+            + (f" (step {chain['step']})" if "step" in chain else "")
+            for chain in retries["chains"][:5]
+        ]
         out += [
             "",
             f"retries: {plural(retries['retried_dispatches'], 'dispatch', 'dispatches')};"
@@ -323,6 +329,54 @@ def summary(figures: dict[str, Any], html_path: str | None = None) -> str:
     if html_path:
         out += ["", f"report: {html_path}"]
     return "\n".join(out)
+
+
+def shown_steps(steps: Sequence[dict[str, Any]], rows: int = STEP_ROWS) -> list[dict[str, Any]]:
+    """At most ``rows`` of the steps, evenly spaced, the first and the last among them; then the rollouts of no step."""
+    numbered = [step for step in steps if step["step"] is not None]
+    if len(numbered) > rows:
+        numbered = [numbered[index] for index in sorted({round(i * (len(numbered) - 1) / (rows - 1)) for i in range(rows)})]
+    return numbered + [step for step in steps if step["step"] is None]
+
+
+def policy_text(step: dict[str, Any]) -> str:
+    """A step's policy version(s): one name, several, or ``-``."""
+    versions = ", ".join(step["policy_versions"]) or "-"
+    return versions + (f" (+{step['more_policy_versions']})" if step["more_policy_versions"] else "")
+
+
+def step_rows(steps: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [
+            "(no step)" if step["step"] is None else step["step"],
+            policy_text(step),
+            step["rollouts"],
+            f"{step['infra_failures']} ({percent(step['infra_share'])})",
+            step["scored"],
+            number(step["mean_reward"]),
+            percent(step["success_rate"]),
+            count_text(step["tokens_mean"]),
+        ]
+        for step in steps
+    ]
+
+
+STEP_HEADER = ["step", "policy version", "rollouts", "infra failures", "scored", "mean reward", "success", "tokens / rollout"]
+
+
+def step_lines(steps: Sequence[dict[str, Any]] | None) -> list[str]:
+    """Reward, success, infrastructure failures and tokens per training step; nothing when no dispatch named a step."""
+    if not steps:
+        return []
+    shown = shown_steps(steps)
+    counted = sum(step["step"] is not None for step in steps)
+    head = f"per training step (nemo.gym.train.step of each rollout's dispatch; {plural(counted, 'step')}"
+    head += (
+        f", {len(shown)} evenly spaced shown, all of them in the HTML page and in --format json):"
+        if len(shown) < len(steps)
+        else "):"
+    )
+    return ["", head, render_table(STEP_HEADER, step_rows(shown))]
 
 
 def token_lines(tokens: dict[str, Any] | None) -> list[str]:
