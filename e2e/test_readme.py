@@ -257,7 +257,7 @@ def test_the_quick_start_writes_the_spans_to_a_file_with_no_collector(ran: Ran) 
     assert Counter(span.name for span in spans) == {"gym.rollout.dispatch": 13, "gym.verify": 12, "gym.rollout.health": 12}
     task_ids = {span.attributes.get("nemo.gym.task.id") for span in spans if span.name == "gym.rollout.dispatch"}
     assert task_ids == {"arith-001", "arith-002", "geo-17", None}
-    assert "run: 4 tasks, 13 dispatches (1 failed)" in block.output  # the report's summary
+    assert "rollouts: 12 (4 tasks; 13 dispatches, 1 a failed attempt that a retry replaced)" in block.output  # its summary
     # Its first line: the demo's masked and no-answer rollouts, within the limit the quick start sets.
     assert "infrastructure failures: 2 of 12 rollouts (17%, within --max-infra-failures 20%)" in block.output
     assert not (ran.checkout / "rollouts.jsonl").exists() and (ran.checkout / "out" / "rollouts.jsonl").is_file()
@@ -327,7 +327,7 @@ def headings(page: Path) -> set[str]:
 def test_the_report_commands_leave_the_page_and_the_figures(ran: Ran) -> None:
     block = ran.block("docs/looking-at-runs.md", "gym-instrument report out/spans/demo.jsonl")
     out = ran.checkout / "out"
-    assert "run: 4 tasks, 13 dispatches (1 failed)" in block.output
+    assert "rollouts: 12 (4 tasks; 13 dispatches, 1 a failed attempt that a retry replaced)" in block.output
     assert len(spans_in(out / "spans" / "demo.jsonl")) == 37
     assert "Reward per task" in (out / "report.html").read_text()
     figures = json.loads((out / "figures.json").read_text())
