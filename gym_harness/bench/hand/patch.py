@@ -35,7 +35,10 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at an interpreter's start for annotations alone
+if TYPE_CHECKING:
+    from typing import Any
 
 ACTIVE_VAR = "GYM_BENCH_HAND"  # the .pth line arms the patches only where this is set
 
