@@ -56,6 +56,8 @@ WHOLE_RUN_PROFILE = Section("whole_run_profile", "benchmarks/whole_run.py --prof
 WHOLE_RUN_NO_BAGGAGE = Section("whole_run_no_baggage", "benchmarks/whole_run.py --no-baggage")
 WHOLE_RUN_DROP_OURS = Section("whole_run_drop_ours", "benchmarks/whole_run.py --drop-ours")
 WHOLE_RUN_GYM = Section("whole_run_gym", "benchmarks/whole_run.py --configurations none,gym")
+WHOLE_RUN_HAND = Section("whole_run_hand", "benchmarks/whole_run.py --configurations none,hand,gym")
+WHOLE_RUN_SIZES = Section("whole_run_sizes", "benchmarks/whole_run.py --sizes")
 BOUNDED_READS = Section("bounded_reads", "benchmarks/bounded_reads.py")
 LAUNCH_COST = Section("launch_cost", "benchmarks/launch_cost.py")
 KEPT = (
@@ -63,6 +65,8 @@ KEPT = (
     BOUNDED_READS,
     WHOLE_RUN,
     WHOLE_RUN_GYM,
+    WHOLE_RUN_HAND,
+    WHOLE_RUN_SIZES,
     LAUNCH_COST,
     WHOLE_RUN_TOGETHER,
     WHOLE_RUN_NO_BAGGAGE,

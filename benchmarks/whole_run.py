@@ -6,6 +6,8 @@ From the checkout's root (``-m`` puts it on the path: the harness, ``gym_harness
     python3 -m benchmarks.whole_run --quick         # 4 tasks x 2, 1 round: proves the harness runs
     python3 -m benchmarks.whole_run --profile       # yappi in every Gym server for one round per configuration
     python3 -m benchmarks.whole_run --force         # run on a busy machine (the results say so)
+    python3 -m benchmarks.whole_run --configurations none,hand,gym --rounds 12 --blocks 3   # the package against hand
+    python3 -m benchmarks.whole_run --configurations none,hand,gym --sizes 200,800 --rounds 8 --blocks 2   # N rollouts
 
 This file is the command line and the RESULTS.md sections; the harness does the rest:
 ``gym_harness.bench.workload`` (the configurations, the workload, the order of the rounds), ``running``
@@ -29,6 +31,13 @@ can put a configuration above its twin; over blocks that averages out. The confi
   contrib aiohttp-client and FastAPI instrumentations disabled (never imported), so that the package's
   own propagation carries the context, and FastAPI's own telemetry off (``OTEL_PYTHON_GYM_SERVER_TELEMETRY=false``);
   Ray's cluster started as lean's;
+- ``hand`` (named with ``--configurations``, e.g. ``--configurations none,hand,gym``): gym's launcher and
+  settings with this package disabled too, and the spans gym exports (dispatch with its token totals, model
+  call, verify, health, the rewarded counter; traceparent and baggage across every hop) written by hand where
+  in-tree code would put them, into the installed wheel by a patch module loaded at start
+  (``gym_harness/bench/hand/patch.py``, a ``.pth`` armed by ``GYM_BENCH_HAND``); after each block the run
+  checks that hand and gym exported the same spans per rollout (names, kinds, attribute keys), and stops when
+  they did not; the report judges gym / hand and gives hand / none beside it, and gym - hand by process;
 - ``lean``: full with the settings a NeMo Gym user should run with: Ray's cluster started without the
   launcher (``ray start`` in a plain environment, given to Gym as ``+ray_head_node_address``), so that
   Ray's processes carry no OpenTelemetry; the package's spans are the same as full's. FastAPI's
@@ -62,6 +71,12 @@ CPU by a percent. ``gc_hook.py``, installed in the venv for the run (a ``.pth`` 
 without ``GYM_BENCH_GC_DIR``), counts every process's pauses in every configuration alike; the report
 gives them per group and the package's share outside them.
 
+``--sizes 200,800`` collects every configuration at each size in every round (back to back, which first
+alternating): each round's line through a configuration's sizes gives what a rollout adds (the slope) and what a
+collection costs whatever its size (the intercept); the report states them beside the launcher's and this
+package's start costs (``gym_harness/bench/launch.py``, measured right after), so that a user can compute a run
+of any size. It has a section of its own, as a run of ``hand`` and ``gym`` has.
+
 After the rounds, ``gym_harness/bench/span_price.py`` (in the same venv) prices what SPEC requires of the package
 alone: full's first timed round's spans made again with the SDK, with the package's spans and
 without, and the baggage entry through the configured propagator; the report sets the package's
@@ -89,16 +104,18 @@ from benchmarks.sections import (
     WHOLE_RUN,
     WHOLE_RUN_DROP_OURS,
     WHOLE_RUN_GYM,
+    WHOLE_RUN_HAND,
     WHOLE_RUN_NO_BAGGAGE,
     WHOLE_RUN_PROFILE,
+    WHOLE_RUN_SIZES,
     WHOLE_RUN_TOGETHER,
     Section,
     code_version,
 )
 from gym_harness.bench import running
-from gym_harness.bench.render import gym_heading, together_heading, variant_heading
+from gym_harness.bench.render import gym_heading, hand_heading, together_heading, variant_heading
 from gym_harness.bench.render_profile import profile_lines
-from gym_harness.bench.workload import CONFIGURATIONS, DEFAULT_CONFIGURATIONS, FULL, VARIANTS
+from gym_harness.bench.workload import CONFIGURATIONS, DEFAULT_CONFIGURATIONS, FULL, QUICK, VARIANTS
 from gym_harness.paths import BENCHMARKS, REPO
 from gym_harness.processes import log, run_main
 
@@ -107,14 +124,18 @@ VARIANT_SECTIONS = {section.name: section for section in (WHOLE_RUN_NO_BAGGAGE, 
 
 def section_of(finished: running.Finished, profile: bool, arguments: str = "") -> tuple[Section, str]:
     """The RESULTS.md section a run writes, and its body. A profiled run's timings are yappi's: only its
-    breakdown goes in, in a section of its own; a variant's, a run of the ``gym`` configuration's (its
-    ``arguments`` on the command line, as the section says how to run it again) and a --together run's go
-    beside the default's."""
+    breakdown goes in, in a section of its own; a variant's, a run at several sizes, a run of the ``hand`` and
+    ``gym`` configurations or of ``gym`` alone (their ``arguments`` on the command line, as the section says how
+    to run it again) and a --together run's go beside the default's."""
     workload, text = finished.workload, finished.text
     if profile:
         return WHOLE_RUN_PROFILE, "\n".join([*profile_lines(finished.profiles), "", *finished.header])
     if workload.variant is not None:
         return VARIANT_SECTIONS[VARIANTS[workload.variant].section], variant_heading(text, workload)
+    if workload.sizes:
+        return WHOLE_RUN_SIZES, sizes_heading(text, arguments)
+    if "hand" in finished.configurations:
+        return WHOLE_RUN_HAND, hand_heading(text, arguments)
     if "gym" in finished.configurations:
         return WHOLE_RUN_GYM, gym_heading(text, arguments)
     if workload.together:
@@ -122,9 +143,17 @@ def section_of(finished: running.Finished, profile: bool, arguments: str = "") -
     return WHOLE_RUN, text
 
 
+def sizes_heading(text: str, arguments: str) -> str:
+    """A run at several sizes as its section: a heading under the whole run's, and its command."""
+    text = text.replace("## A whole real run at several sizes", "### A whole real run at several sizes", 1)
+    return text.replace("`make bench-e2e` (", f"`make bench-e2e BENCH_E2E_ARGS='{arguments}'` (", 1)
+
+
 def rerun_arguments(options: argparse.Namespace) -> str:
     """The arguments that size and shape this run, as BENCH_E2E_ARGS would give them."""
     arguments = [f"--configurations {','.join(options.configurations)}"]
+    if getattr(options, "sizes", None):
+        arguments.append(f"--sizes {','.join(str(size) for size in options.sizes)}")
     for name in ("tasks", "repeats", "concurrency", "rounds", "blocks"):
         if getattr(options, name) is not None:
             arguments.append(f"--{name} {getattr(options, name)}")
@@ -166,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             const=variant.flag,
             help=f"full with {variant.what}; a section of its own in RESULTS.md",
         )
+    parser.add_argument(
+        "--sizes",
+        help="comma-separated rollouts per collection (e.g. 200,800): every round collects each configuration at each; "
+        "the report gives what a rollout adds and what a collection costs whatever its size, beside the start costs",
+    )
     parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None, help="one untimed collection each first")
     parser.add_argument(
         "--configurations",
@@ -192,6 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(options.configurations) - set(CONFIGURATIONS)
     if unknown:
         parser.error(f"unknown configuration(s) {sorted(unknown)}")
+    if options.sizes is not None:
+        repeats = options.repeats or (QUICK if options.quick else FULL).repeats
+        try:
+            options.sizes = sorted({int(size) for size in options.sizes.split(",") if size.strip()})
+        except ValueError:
+            parser.error(f"--sizes takes whole numbers of rollouts, comma-separated: {options.sizes!r}")
+        if len(options.sizes) < 2 or any(size <= 0 or size % repeats for size in options.sizes):
+            parser.error(f"--sizes needs two or more sizes, each a positive multiple of the repeats ({repeats})")
+        if options.profile or options.variant is not None:
+            parser.error("--sizes runs the configurations as they are: not with --profile or a variant")
     return run_main(lambda: run(options), lambda: running.WORK)
 
 

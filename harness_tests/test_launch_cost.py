@@ -1,13 +1,14 @@
-"""benchmarks/launch_cost.py: what each way of starting gets in its environment, and how a round's differences are read."""
+"""launch_cost (and gym_harness/bench/launch.py): what each way of starting gets in its environment, and how a round is read."""
 
 from __future__ import annotations
 
 from benchmarks import launch_cost
+from gym_harness.bench import launch
 from gym_harness.bench.workload import GYM_SETTINGS
 
 
 def test_each_way_starts_with_its_own_environment() -> None:
-    envs = launch_cost.environments(4318)
+    envs = launch.environments(4318)
     assert not [name for name in envs["plain"] if name.startswith("OTEL_")]
     for name, value in GYM_SETTINGS:
         assert envs["gym"][name] == value

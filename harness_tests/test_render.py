@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_harness.bench import profile, render, stats, workload
+from gym_harness.bench import launch, profile, render, render_sizes, stats, workload
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
@@ -235,3 +235,75 @@ def test_a_run_of_none_and_gym_compares_gym_with_none_in_every_table() -> None:
     assert "Within a round, gym - none per rollout: in the pauses +0.10 ms" in pauses
     speed = " ".join(render.speed_lines(collections))
     assert "Dividing each round's gym / none by" in speed and "from - to -" not in speed
+
+
+def _none_hand_gym() -> list[stats.Collection]:
+    """3 rounds: hand's collector spends 0.8 s more than none's, gym's 0.1 s more than hand's in rounds 1 and 3 and
+    0.3 s more in round 2; gym's mcqa server 0.04 s more than hand's in every round."""
+    collections = []
+    for number, gym_extra in ((1, 0.1), (2, 0.3), (3, 0.1)):
+        for name, collector, mcqa in (("none", 8.0, 1.0), ("hand", 8.8, 1.2), ("gym", 8.8 + gym_extra, 1.24)):
+            cpu = Counter({"collector": collector, "server mcqa": mcqa})
+            wall = {"none": 6.0, "hand": 6.3, "gym": 6.3 + gym_extra / 2}[name]
+            collections.append(stats.Collection(name, number, 400, wall, cpu, 0.0, {0: [1.0]}, Counter({"healthy": 400})))
+    return collections
+
+
+def test_a_run_of_none_hand_and_gym_judges_gym_against_hand_and_shows_the_parts() -> None:
+    collections = _none_hand_gym()
+    spans = {name: Counter({"gym.rollout.dispatch": 1200, "chat": 1200}) for name in ("hand", "gym")}
+    same = ["**Same spans, checked** (test)"]
+    text = render.report(workload.FULL, collections, spans, ["- Machine: test"], False, False, 60.0, [], None, same)
+    assert "| hand | gym's spans written by hand into NeMo Gym (`gym_harness/bench/hand/patch.py`)" in text
+    assert "`OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=aiohttp-client,fastapi,gym`" in text
+    assert "| hand / none | 1.050 / 1.050 / 1.050 |" in text  # 6.3 / 6.0
+    # gym / hand CPU: 10.14/10.0, 10.34/10.0, 10.14/10.0 -> median 1.014; wall 6.35/6.3, 6.45/6.3
+    assert "| gym / hand | 1.008 / 1.008 / 1.024 | 1.014 / 1.014 / 1.034 |" in text
+    assert "**Goal: gym / hand <= 1.02**, the median of 3 rounds' ratios: wall time 1.008 (met;" in text
+    assert "CPU of all processes 1.014 (met;" in text
+    assert "Further ratios within a round, min / median / max: gym / none wall" in text
+    assert (
+        "**Beside it, hand / none**: the price of tracing itself, the same spans written by hand against no tracing "
+        "(OpenTelemetry's launcher, SDK and exporter included), the median of the rounds' ratios: wall time 1.050 "
+        "(95% interval of the median 1.050 to 1.050); CPU of all processes 1.111 (95% interval of the median 1.111 to 1.111)."
+    ) in text
+    assert "| process group | none | hand | gym | gym - hand | hand - none |" in text
+    assert "| collector | 20.00 | 22.00 | 22.25 | +0.25 | +2.00 |" in text  # ms per rollout: 8.8 s / 400 etc.
+    # The parts: each round's own difference and ratio, the median and its interval.
+    assert "**The parts**, gym against hand by process group" in text
+    assert "| collector | 22.00 | 22.25 | +0.25 | +0.25 to +0.75 | 1.011 | 1.011 to 1.034 |" in text
+    assert "| server mcqa | 3.00 | 3.10 | +0.10 | +0.10 to +0.10 | 1.033 | 1.033 to 1.033 |" in text
+    assert "| **all** | 25.00 | 25.35 | +0.35 | +0.35 to +0.85 | 1.014 | 1.014 to 1.034 |" in text
+    assert "**Same spans, checked** (test)" in text
+    assert "The package's share" not in text  # full - contrib: not in this run
+
+
+def test_a_run_at_two_sizes_gives_each_rollout_s_cost_and_a_collection_s_apart() -> None:
+    # CPU = fixed + rollouts x per rollout, exactly: none 1.0 s + 20 ms, hand 1.4 s + 20.5 ms, gym 1.42 s + 20.6 ms,
+    # gym's per rollout 0.1 ms higher still in round 2.
+    collections = []
+    for number in (1, 2, 3):
+        for name, fixed, per_rollout in (("none", 1.0, 0.020), ("hand", 1.4, 0.0205), ("gym", 1.42, 0.0206)):
+            per_rollout += 0.0001 if (name, number) == ("gym", 2) else 0.0
+            for size in (200, 800):
+                cpu = Counter({"collector": fixed + size * per_rollout})
+                wall = 2.0 + size * 0.01
+                collections.append(stats.Collection(name, number, size, wall, cpu, 0.0, {}, Counter()))
+    sized = dataclasses.replace(workload.FULL, tasks=200, sizes=(200, 800))
+    costs = launch.StartCosts(
+        30, launch.Added(327.0, 325.0, 331.0), launch.Added(23.0, 19.0, 29.0), launch.Added(353.0, 351.0, 355.0)
+    )
+    text = render_sizes.sizes_report(sized, collections, ["- Machine: test"], False, False, 60.0, costs, ["(same)"])
+    assert "collections of 200 (50 tasks x 4) and 800 (200 tasks x 4) mcqa rollouts" in text
+    assert "| none | 4.00 s / 10.00 s | 5.00 s / 17.00 s | 20.00 (20.00 to 20.00) ms | 1000 (1000 to 1000) ms |" in text
+    assert "| gym - none | +0.600 (+0.600 to +0.700) ms | +420 (+420 to +420) ms | +0.000 (+0.000 to +0.000) ms |" in text
+    assert "| hand - none | +0.500 (+0.500 to +0.500) ms | +400 (+400 to +400) ms |" in text
+    assert "| gym - hand | +0.100 (+0.100 to +0.200) ms | +20 (+20 to +20) ms |" in text
+    assert "OpenTelemetry's launcher adds 327 ms (325 to 331) of CPU to a process's start, this package on it 23 ms" in text
+    assert "this package adds about 420 ms + N x 0.600 ms of CPU to an untraced run" in text
+    assert "and +20 ms + N x +0.100 ms to a run with the same spans written by hand" in text
+    assert "adds 353 ms more for each process it starts under the launcher (23 ms of it this package's)" in text
+    # 400 rollouts: gym 1420 + 400 x 20.6 = 9660 ms, none 9000, hand 1400 + 8200 = 9600.
+    assert "400 rollouts: gym / none 1.073, gym / hand 1.006;" in text
+    assert "1,000,000 rollouts: gym / none 1.030, gym / hand 1.005." in text
+    assert "(same)" in text

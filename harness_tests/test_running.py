@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from gym_harness import processes
-from gym_harness.bench import running, workload
+from gym_harness.bench import hand, running, workload
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
@@ -96,3 +96,20 @@ def test_lean_starts_its_ray_cluster_without_the_launcher_or_opentelemetry() -> 
         assert running.ray_start_as(name, launcher, env) == (launcher, env)
     none = workload.configuration_env("none", env)
     assert running.ray_start_as("none", [], none) == ([], none)  # no launcher anywhere, nothing taken away
+
+
+def test_hand_s_variable_reaches_only_its_launched_processes() -> None:
+    launcher = ["/v/bin/opentelemetry-instrument", "--"]
+    env = {
+        **workload.configuration_env("hand", {"OTEL_SERVICE_NAME": "x", processes.RUN_MARKER_VAR: "m"}),
+        "GYM_BENCH_GC_DIR": "/g",
+    }
+    command, ray_env = running.ray_start_as("hand", launcher, env)
+    # Ray's cluster as gym's: no launcher, no OpenTelemetry, and no hand-written spans armed in Ray's workers.
+    assert command == [] and hand.ACTIVE_VAR not in ray_env and not [k for k in ray_env if k.startswith("OTEL_")]
+    assert ray_env[processes.RUN_MARKER_VAR] == "m" and ray_env["GYM_BENCH_GC_DIR"] == "/g"
+    assert running.ray_start_as("gym", launcher, workload.configuration_env("gym", env))[1].keys() == ray_env.keys()
+
+
+def test_a_run_s_sizes_alternate_which_goes_first() -> None:
+    assert [running.size_order([200, 800], number) for number in (1, 2, 3)] == [(200, 800), (800, 200), (200, 800)]

@@ -130,3 +130,46 @@ def test_the_gym_section_says_how_to_run_it_again() -> None:
         configurations=["none", "gym"], tasks=None, repeats=None, concurrency=None, rounds=8, blocks=2
     )
     assert whole_run.rerun_arguments(options) == "--configurations none,gym --rounds 8 --blocks 2"
+
+
+def test_a_run_of_none_hand_and_gym_and_a_run_at_two_sizes_write_sections_of_their_own(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    sections.WHOLE_RUN_GYM.write(results, "### This package alone: NeMo Gym 0.7.0 end to end\n\n(gym / none)")
+    body = "## A whole real run: NeMo Gym 0.7.0 end to end\n\n`make bench-e2e` (y)"
+    finished = dataclasses.replace(_finished(body), configurations=("none", "hand", "gym"))
+    section, text = whole_run.section_of(finished, profile=False, arguments="--configurations none,hand,gym --rounds 12")
+    assert section is sections.WHOLE_RUN_HAND
+    section.write(results, text)
+    sized_body = "## A whole real run at several sizes: what a run of N rollouts costs\n\n`make bench-e2e` (z)"
+    sized = dataclasses.replace(_finished(sized_body, sizes=(200, 800)), configurations=("none", "hand", "gym"))
+    section, text = whole_run.section_of(sized, profile=False, arguments="--configurations none,hand,gym --sizes 200,800")
+    assert section is sections.WHOLE_RUN_SIZES
+    section.write(results, text)
+    text = results.read_text()
+    assert "(gym / none)" in text  # the gym run's section stays
+    assert "### Against the same spans by hand: NeMo Gym 0.7.0 end to end" in text
+    assert "`make bench-e2e BENCH_E2E_ARGS='--configurations none,hand,gym --rounds 12'` (y)" in text
+    assert "### A whole real run at several sizes: what a run of N rollouts costs" in text
+    assert "`make bench-e2e BENCH_E2E_ARGS='--configurations none,hand,gym --sizes 200,800'` (z)" in text
+    # make bench (benchmarks/run.py) rewrites the file and carries both over.
+    regenerated = sections.keep(results, "# Benchmarks\n")
+    assert sections.WHOLE_RUN_HAND.of(regenerated) == sections.WHOLE_RUN_HAND.of(text)
+    assert sections.WHOLE_RUN_SIZES.of(regenerated) == sections.WHOLE_RUN_SIZES.of(text)
+
+
+def test_sizes_are_rollouts_each_a_multiple_of_the_repeats() -> None:
+    options = whole_run.argparse.Namespace(
+        configurations=["none", "hand", "gym"], tasks=None, repeats=None, concurrency=None, rounds=8, blocks=2, sizes=[200, 800]
+    )
+    assert whole_run.rerun_arguments(options) == "--configurations none,hand,gym --sizes 200,800 --rounds 8 --blocks 2"
+    for sizes, wrong in (("200", "two or more sizes"), ("200,802", "multiple of the repeats (4)"), ("200,x", "whole numbers")):
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.whole_run", "--sizes", sizes, "--no-output"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2 and wrong in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from gym_harness import model_server, processes
-from gym_harness.bench import workload
+from gym_harness.bench import hand, workload
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
@@ -134,3 +134,20 @@ def test_gym_runs_full_s_environment_with_contrib_s_http_instrumentations_left_u
     assert GymConfig.resolve({}, environ=gym) == GymConfig.resolve({"server_telemetry": False}, environ=full)
     assert "gym" in workload.RAY_WITHOUT_LAUNCHER and "gym" not in workload.DEFAULT_CONFIGURATIONS
     assert ("gym", "none") in workload.RATIOS
+
+
+def test_hand_runs_gym_s_environment_with_the_package_off_and_the_hand_written_spans_armed() -> None:
+    gym = workload.configuration_env("gym", BASE)
+    hand_env = workload.configuration_env("hand", BASE)
+    # The same launcher settings, exporters and propagators as gym's: only the package disabled too, and the patch armed.
+    assert hand_env == {
+        **gym,
+        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "aiohttp-client,fastapi,gym",
+        hand.ACTIVE_VAR: "1",
+    }
+    for name in ("none", "contrib", "full", "lean", "gym"):
+        assert hand.ACTIVE_VAR not in workload.configuration_env(name, {**BASE, "OTHER": "x"})
+    assert "hand" in workload.RAY_WITHOUT_LAUNCHER and "hand" not in workload.DEFAULT_CONFIGURATIONS
+    # A run of none, hand and gym reads gym against hand first, then hand against none.
+    assert workload.RATIOS.index(("gym", "hand")) < workload.RATIOS.index(("gym", "none"))
+    assert ("hand", "none") in workload.RATIOS

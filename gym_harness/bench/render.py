@@ -17,6 +17,7 @@ from gym_harness.bench.render_profile import profile_lines
 from gym_harness.bench.stats import (
     GOAL,
     GYM_GOAL,
+    HAND_GOAL,
     Collection,
     SpeedFit,
     gc_total,
@@ -29,6 +30,7 @@ from gym_harness.bench.stats import (
 from gym_harness.bench.workload import (
     CONFIGURATIONS,
     GYM_SETTINGS,
+    HAND_SETTINGS,
     LEAN_SETTINGS,
     RATIOS,
     RELEASE,
@@ -74,12 +76,38 @@ def goal_line(collections: list[Collection], top: str = "full", bottom: str = "c
     return lines
 
 
+def tracing_line(collections: list[Collection], top: str = "hand", bottom: str = "none") -> str:
+    """hand / none beside gym / hand: what the spans themselves cost, written by hand, over an untraced run."""
+    parts = []
+    for what, label in (("wall", "wall time"), ("cpu", "CPU of all processes")):
+        values = ratios(collections, top, bottom, what)
+        if not values:
+            return ""
+        low, high = median_interval(values)
+        parts.append(f"{label} {statistics.median(values):.3f} (95% interval of the median {low:.3f} to {high:.3f})")
+    return (
+        f"**Beside it, {top} / {bottom}**: the price of tracing itself, the same spans written by hand against no tracing "
+        "(OpenTelemetry's launcher, SDK and exporter included), the median of the rounds' ratios: " + "; ".join(parts) + "."
+    )
+
+
 def compared(collections: list[Collection]) -> tuple[str, str]:
-    """The pair the per-group tables and the speed paragraph compare: full / contrib, or gym / none in a run of
-    those two (``--configurations none,gym``)."""
-    if not round_pairs(collections) and round_pairs(collections, "gym", "none"):
-        return "gym", "none"
+    """The pair the per-group tables and the speed paragraph compare: full / contrib, or in a run without them
+    gym / hand (``--configurations none,hand,gym``) or gym / none (``--configurations none,gym``)."""
+    if not round_pairs(collections):
+        for pair in (("gym", "hand"), ("gym", "none")):
+            if round_pairs(collections, *pair):
+                return pair
     return "full", "contrib"
+
+
+def difference_pairs(collections: list[Collection]) -> list[tuple[str, str]]:
+    """The differences the per-group tables show, one column each: the compared pair's, and hand - none beside
+    gym - hand (the price of the spans themselves, apart from the package's)."""
+    pairs = [compared(collections)]
+    if pairs[0] == ("gym", "hand") and round_pairs(collections, "hand", "none"):
+        pairs.append(("hand", "none"))
+    return pairs
 
 
 def speed_lines(collections: list[Collection]) -> list[str]:
@@ -170,7 +198,9 @@ def report(
     elapsed: float,
     profiles: list[Profile],
     price: dict[str, Any] | None = None,
+    same: list[str] | None = None,
 ) -> str:
+    """The report; ``same`` is the hand check's (``hand.likeness.same_lines``) when hand and gym both ran."""
     slotted = slotting(workload, len(_present(collections)))
     lines = [
         "## A whole real run: NeMo Gym 0.7.0 end to end",
@@ -206,6 +236,10 @@ def report(
         + "".join(f", `{variable}={value}`" for variable, value in LEAN_SETTINGS),
         "gym": "this package alone: `opentelemetry-instrument`, "
         + ", ".join(f"`{variable}={value}`" for variable, value in GYM_SETTINGS)
+        + ", Ray's cluster as lean's",
+        "hand": "gym's spans written by hand into NeMo Gym (`gym_harness/bench/hand/patch.py`), this package off: "
+        "`opentelemetry-instrument`, "
+        + ", ".join(f"`{variable}={value}`" for variable, value in HAND_SETTINGS)
         + ", Ray's cluster as lean's",
     }
     for name in CONFIGURATIONS:
@@ -253,9 +287,17 @@ def report(
             "CPU of all processes but the receiver (it stands for your tracing backend, which runs elsewhere), "
             "min / median / max: " + "; ".join(without) + ".",
         ]
-    for goal in (goal_line(collections), goal_line(collections, "gym", "none", GYM_GOAL)):
+    goals = (
+        goal_line(collections),
+        goal_line(collections, "gym", "hand", HAND_GOAL),
+        goal_line(collections, "gym", "none", GYM_GOAL),
+    )
+    for goal in goals:
         if goal:
             lines += ["", *goal]
+    beside = tracing_line(collections)
+    if beside:
+        lines += ["", beside]
     by_block = block_lines(collections)
     if by_block:
         lines += ["", *by_block]
@@ -263,10 +305,15 @@ def report(
     if speed:
         lines += ["", *speed]
     lines += ["", *cpu_table(collections), ""]
+    parts = parts_lines(collections)
+    if parts:
+        lines += [*parts, ""]
     pauses = gc_lines(collections)
     if pauses:
         lines += [*pauses, ""]
     lines += [*span_table(collections, spans), ""]
+    if same:
+        lines += [*same, ""]
     kept = lean_spans_lines(collections, spans)
     if kept:
         lines += [*kept, ""]
@@ -297,6 +344,16 @@ def gym_heading(text: str, arguments: str) -> str:
     return text.replace("`make bench-e2e` (", f"`make bench-e2e BENCH_E2E_ARGS='{arguments}'` (", 1)
 
 
+def hand_heading(text: str, arguments: str) -> str:
+    """A run of ``none``, ``hand`` and ``gym`` (the package against the same spans by hand) as a section of its own."""
+    text = text.replace(
+        "## A whole real run: NeMo Gym 0.7.0 end to end",
+        "### Against the same spans by hand: NeMo Gym 0.7.0 end to end",
+        1,
+    )
+    return text.replace("`make bench-e2e` (", f"`make bench-e2e BENCH_E2E_ARGS='{arguments}'` (", 1)
+
+
 def variant_heading(text: str, workload: Workload) -> str:
     """A variant run's report as a section of its own: what full stands for in it, and its command."""
     variant = VARIANTS[workload.variant]  # type: ignore[index]
@@ -323,15 +380,17 @@ def slotting(workload: Workload, configurations: int = 3) -> str:
 
 
 def block_lines(collections: list[Collection]) -> list[str]:
-    """full / contrib per block of rounds: a difference between blocks is one of the servers' instances
-    (where their memory and threads landed), which starting them afresh for each block averages out."""
+    """The compared pair (full / contrib, gym / hand, gym / none) per block of rounds: a difference between blocks
+    is one of the servers' instances (where their memory and threads landed), which starting them afresh for each
+    block averages out."""
     blocks = sorted({c.block for c in collections})
     if len(blocks) < 2:
         return []
+    top, bottom = compared(collections)
     parts = []
     for block in blocks:
         mine = [c for c in collections if c.block == block]
-        walls, cpus = ratios(mine, "full", "contrib", "wall"), ratios(mine, "full", "contrib", "cpu")
+        walls, cpus = ratios(mine, top, bottom, "wall"), ratios(mine, top, bottom, "cpu")
         if walls:
             rounds = sorted({c.round for c in mine})
             parts.append(
@@ -340,7 +399,7 @@ def block_lines(collections: list[Collection]) -> list[str]:
             )
     if not parts:
         return []
-    lead = "**By block** (every configuration started afresh for each), full / contrib, median of its rounds: "
+    lead = f"**By block** (every configuration started afresh for each), {top} / {bottom}, median of its rounds: "
     return [lead + "; ".join(parts) + "."]
 
 
@@ -352,12 +411,12 @@ def _present(collections: list[Collection]) -> list[str]:
 def cpu_table(collections: list[Collection]) -> list[str]:
     groups = sorted({group for c in collections for group in c.cpu})
     names = _present(collections)
-    top, bottom = compared(collections)
+    pairs = difference_pairs(collections)
     lines = [
         "CPU per process group, median over rounds (ms per rollout):",
         "",
-        "| process group | " + " | ".join(names) + f" | {top} - {bottom} |",
-        "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
+        "| process group | " + " | ".join(names) + "".join(f" | {top} - {bottom}" for top, bottom in pairs) + " |",
+        "| --- | " + " | ".join("---:" for _ in names) + " | ---:" * len(pairs) + " |",
     ]
     for group in [*groups, "all"]:
         cells = {}
@@ -366,9 +425,44 @@ def cpu_table(collections: list[Collection]) -> list[str]:
             if mine:
                 values = [(c.cpu_total if group == "all" else c.cpu.get(group, 0.0)) * 1000 / c.rollouts for c in mine]
                 cells[name] = statistics.median(values)
-        difference = f"{cells[top] - cells[bottom]:+.2f}" if top in cells and bottom in cells else ""
+        differences = [f"{cells[top] - cells[bottom]:+.2f}" if top in cells and bottom in cells else "" for top, bottom in pairs]
         label = "**all**" if group == "all" else group
-        lines.append(f"| {label} | " + " | ".join(f"{cells.get(n, 0.0):.2f}" for n in names) + f" | {difference} |")
+        lines.append(f"| {label} | " + " | ".join([*(f"{cells.get(n, 0.0):.2f}" for n in names), *differences]) + " |")
+    return lines
+
+
+def parts_lines(collections: list[Collection]) -> list[str]:
+    """gym / hand by process group: where the package's CPU goes beside the same spans written by hand, each
+    group's difference and ratio taken within a round (the median of the rounds' own, with its interval)."""
+    top, bottom = compared(collections)
+    pairs = round_pairs(collections, top, bottom)
+    if (top, bottom) != ("gym", "hand") or not pairs:
+        return []
+    groups = sorted({group for c in collections if c.configuration in (top, bottom) for group in c.cpu})
+    lines = [
+        f"**The parts**, {top} against {bottom} by process group, within each round (ms of CPU per rollout; the median "
+        "of the rounds' own difference and ratio, 95% bootstrap interval of the median):",
+        "",
+        f"| process group | {bottom} | {top} | {top} - {bottom} | interval | {top} / {bottom} | interval |",
+        "| --- | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    for group in [*groups, None]:
+
+        def ms(c: Collection, g: str | None = group) -> float:
+            return (c.cpu_total if g is None else c.cpu.get(g, 0.0)) * 1000 / c.rollouts
+
+        differences = [ms(mine) - ms(theirs) for mine, theirs in pairs]
+        shares = [ms(mine) / ms(theirs) for mine, theirs in pairs if ms(theirs) > 0]
+        low, high = median_interval(differences)
+        ratio, interval = "", ""
+        if len(shares) == len(pairs):
+            ratio = f"{statistics.median(shares):.3f}"
+            interval = "{:.3f} to {:.3f}".format(*median_interval(shares))
+        label = "**all**" if group is None else group
+        lines.append(
+            f"| {label} | {statistics.median(ms(t) for _, t in pairs):.2f} | {statistics.median(ms(m) for m, _ in pairs):.2f} | "
+            f"{statistics.median(differences):+.2f} | {low:+.2f} to {high:+.2f} | {ratio} | {interval} |"
+        )
     return lines
 
 
@@ -379,13 +473,14 @@ def gc_lines(collections: list[Collection]) -> list[str]:
     names = [n for n in CONFIGURATIONS if any(c.configuration == n for c in collections)]
     groups = sorted({group for c in collections for group in c.gc})
     top, bottom = compared(collections)
+    pairs = difference_pairs(collections)
     lines = [
         "The garbage collector's pauses (`benchmarks/gc_hook.py`: `gc.callbacks` in every process of every configuration, "
         "the CPU time of the thread that collects), median over rounds: full (generation 2) collections per collection; "
         "CPU in pauses of every generation, ms per rollout. They are inside the CPU figures above:",
         "",
-        "| process group | " + " | ".join(names) + f" | {top} - {bottom} |",
-        "| --- | " + " | ".join("---:" for _ in names) + " | ---: |",
+        "| process group | " + " | ".join(names) + "".join(f" | {a} - {b}" for a, b in pairs) + " |",
+        "| --- | " + " | ".join("---:" for _ in names) + " | ---:" * len(pairs) + " |",
     ]
     for group in [*groups, None]:
         cells: dict[str, tuple[float, float]] = {}
@@ -394,9 +489,9 @@ def gc_lines(collections: list[Collection]) -> list[str]:
             count = statistics.median(gc_total(c, group)[0] for c in mine)
             ms = statistics.median(gc_total(c, group)[1] * 1000 / c.rollouts for c in mine)
             cells[name] = (count, ms)
-        difference = f"{cells[top][1] - cells[bottom][1]:+.2f}" if top in cells and bottom in cells else ""
+        differences = [f"{cells[a][1] - cells[b][1]:+.2f}" if a in cells and b in cells else "" for a, b in pairs]
         label = "**all**" if group is None else group
-        lines.append(f"| {label} | " + " | ".join(f"{cells[n][0]:g}; {cells[n][1]:.2f}" for n in names) + f" | {difference} |")
+        lines.append(f"| {label} | " + " | ".join([*(f"{cells[n][0]:g}; {cells[n][1]:.2f}" for n in names), *differences]) + " |")
     pairs = round_pairs(collections, top, bottom)
     if pairs:
 

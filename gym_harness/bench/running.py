@@ -18,6 +18,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gym_harness.bench import hand
+from gym_harness.bench.hand.likeness import (
+    RolloutSpans,
+    differences,
+    metric_objects,
+    metric_shapes,
+    rollout_spans,
+    same_lines,
+)
+from gym_harness.bench.launch import measure, start_costs
 from gym_harness.bench.proc import (
     CLOCK_TICKS,
     cpu_between,
@@ -34,6 +44,7 @@ from gym_harness.bench.proc import (
 from gym_harness.bench.profile import Profile, read_profiles
 from gym_harness.bench.render import machine_lines, report
 from gym_harness.bench.render_profile import profile_lines
+from gym_harness.bench.render_sizes import sizes_report
 from gym_harness.bench.stats import Collection
 from gym_harness.bench.workload import (
     CONFIGURATIONS,
@@ -41,6 +52,7 @@ from gym_harness.bench.workload import (
     EXPECTED_SERVERS,
     FULL,
     GYM_CONFIGS,
+    LAUNCHED_ONLY,
     QUICK,
     RAY_WITHOUT_LAUNCHER,
     RELEASE,
@@ -115,7 +127,7 @@ def ray_start_as(name: str, launcher: list[str], env: dict[str, str]) -> tuple[l
     the GC hook's folder stay, so that Ray's CPU and pauses are counted in every configuration alike."""
     if name not in RAY_WITHOUT_LAUNCHER:
         return launcher, env
-    return [], {k: v for k, v in env.items() if not k.startswith(("OTEL_", "GYM_BENCH_PROFILE"))}
+    return [], {k: v for k, v in env.items() if not k.startswith(LAUNCHED_ONLY)}
 
 
 def start_configuration(
@@ -147,7 +159,7 @@ def start_configuration(
     config.capture_dir = work / "model-calls"
     config.capture_dir.mkdir()
     config.spans_path = work / "received.ndjson"
-    plain_env = {k: v for k, v in env.items() if not k.startswith(("OTEL_", "GYM_BENCH_PROFILE"))}
+    plain_env = {k: v for k, v in env.items() if not k.startswith(LAUNCHED_ONLY)}
 
     receiver = config.processes.start(
         f"{name}: oteltap", [str(bin_dir / "oteltap"), "--port", str(receiver_port)], config.spans_path, work, plain_env
@@ -442,6 +454,29 @@ def compile_package(venv_python: Path) -> None:
     subprocess.run([str(venv_python), "-m", "compileall", "-q", str(REPO / "gym_instrument")], check=True)
 
 
+def size_order(sizes: Sequence[int], number: int) -> tuple[int, ...]:
+    """The run sizes of round ``number``, alternating which goes first: a configuration's collections of one round
+    follow each other, so the machine's speed is nearly the same for both."""
+    return tuple(sizes) if number % 2 else tuple(reversed(sizes))
+
+
+def read_likeness(configs: dict[str, Configuration], likeness: dict[str, RolloutSpans]) -> None:
+    """The spans ``hand`` and ``gym`` exported per rollout in this block's timed rounds, added to ``likeness``;
+    an E2EFailure when they differ (the ratio between them would not be like with like)."""
+    if not ("hand" in configs and "gym" in configs):
+        return
+    block: dict[str, RolloutSpans] = {}
+    for name in ("hand", "gym"):
+        config = configs[name]
+        block[name] = rollout_spans(span_objects(config.spans_path, config.span_offsets[0], None))
+        block[name].metrics = metric_shapes(metric_objects(config.spans_path))  # (from the start: see likeness)
+        likeness.setdefault(name, RolloutSpans()).update(block[name])
+    problems = differences("hand", block["hand"], "gym", block["gym"])
+    if problems:
+        raise E2EFailure("hand and gym did not export the same spans per rollout: " + "; ".join(problems[:10]))
+    log(f"hand and gym exported the same spans for each of {len(block['gym'].shapes)} rollouts")
+
+
 def span_price(venv_python: Path, config: Configuration, first: Collection, quick: bool) -> dict[str, Any]:
     """``span_price.py`` in the e2e venv on the spans of ``config``'s first timed round (``first``),
     with the configuration's environment (its batch span processor's settings, its propagators)."""
@@ -492,6 +527,9 @@ def run(options: argparse.Namespace, commit: str) -> Finished | None:
         together=options.together,
         variant=options.variant,
     )
+    sizes = tuple(sorted(set(getattr(options, "sizes", None) or ())))
+    if sizes and not options.profile:
+        workload = replace(workload, tasks=sizes[-1] // workload.repeats, sizes=sizes)
     if options.profile:
         workload = replace(workload, rounds=1, blocks=1, together=False)  # the variant stays
         # (one configuration at a time: yappi's figures are compared between them)
@@ -520,7 +558,15 @@ def run(options: argparse.Namespace, commit: str) -> Finished | None:
     tmpdir = WORK / "tmp"
     tmpdir.mkdir()
     scratch = Scratch(tmpdir, Path(tempfile.mkdtemp(prefix="gibench-")))  # Ray wants a short path
-    tasks_path = write_tasks(WORK / "tasks.jsonl", workload.tasks)
+    tasks_path = write_tasks(WORK / "tasks.jsonl", workload.tasks)  # the model's answers: every size's tasks
+    # Each run size's tasks (the first of the largest's) and workload; one size unless --sizes.
+    sized = {
+        size: (
+            write_tasks(WORK / f"tasks-{size}.jsonl", size // workload.repeats),
+            replace(workload, tasks=size // workload.repeats),
+        )
+        for size in workload.sizes
+    } or {workload.rollouts: (tasks_path, workload)}
     profile_dir = WORK / "profiles" if options.profile else None
     site = site_packages(venv_python)  # (a subprocess: found once)
     variant = VARIANTS[workload.variant] if workload.variant is not None else None
@@ -529,15 +575,18 @@ def run(options: argparse.Namespace, commit: str) -> Finished | None:
     install_hook(site, GC_HOOK, "gc_hook.py")
     if variant is not None and variant.sampler:
         install_sampler(site)
+    names = [n for n in CONFIGURATIONS if n in options.configurations]
+    if "hand" in names:
+        hand.install(venv_python, site)
     header = machine_lines(busy_at_start, busy, commit)
     collections: list[Collection] = []
     profiles: list[Profile] = []
     probe_processes = Processes({k: v for k, v in os.environ.items() if k != RUN_MARKER_VAR})
     probe = start_speed_probe(probe_processes)
-    names = [n for n in CONFIGURATIONS if n in options.configurations]
     orders = round_orders(names, workload.rounds)
     spans: dict[str, Counter[str]] = {}
     priced: tuple[Configuration, Collection] | None = None  # full's first timed round, for span_price
+    likeness: dict[str, RolloutSpans] = {}  # hand's and gym's spans per rollout, over every block
     try:
         for block, numbers in enumerate(blocks_of(workload.rounds, workload.blocks), 1):
             log(f"block {block}: rounds {numbers[0]} to {numbers[-1]}, every configuration started afresh")
@@ -546,35 +595,43 @@ def run(options: argparse.Namespace, commit: str) -> Finished | None:
                 for name in names:
                     work = WORK / name if workload.blocks == 1 else WORK / f"block-{block}" / name
                     start_configuration(name, work, venv_python, scratch, tasks_path, profile_dir, configs, workload.variant)
-                shared = Shared(tasks_path, workload, frozenset(config.marker for config in configs.values()))
+                markers = frozenset(config.marker for config in configs.values())
+                shared = {size: Shared(path, sized_workload, markers) for size, (path, sized_workload) in sized.items()}
+                largest = max(shared)
                 time.sleep(SETTLE_SECONDS)  # the servers' start-up spans are sent before their processes stop
                 for config in configs.values():
                     freeze(config.marker)  # each runs only for its own collections (THAW_SECONDS)
 
                 if workload.warmup:
                     for slot in slots(configs, names, workload.together):
-                        collect_running(slot, "warm-up", 0, shared)
+                        collect_running(slot, "warm-up", 0, shared[largest])
                 for number in numbers:
                     order = orders[number - 1]
                     log(f"round {number}: {(' + ' if workload.together else ', ').join(order)}")
                     for slot in slots(configs, order, workload.together):
                         for config in slot:
                             config.span_offsets.append(config.spans_path.stat().st_size)
-                        label = f"round-{number}"
-                        for collection in collect_running(slot, label, number, shared, profile_dir, profiles):
-                            collection.block = block
-                            collections.append(collection)
-                            if collection.configuration == "full" and priced is None:
-                                priced = (configs["full"], collection)
-                    problems = compare_outcomes({c.configuration: c.outcomes for c in collections if c.round == number})
-                    if problems:
-                        raise E2EFailure(f"round {number}: the configurations' outcomes differ: " + "; ".join(problems[:10]))
+                        for size in size_order(list(shared), number):
+                            label = f"round-{number}" if len(shared) == 1 else f"round-{number}-{size}"
+                            for collection in collect_running(slot, label, number, shared[size], profile_dir, profiles):
+                                collection.block = block
+                                collections.append(collection)
+                                if collection.configuration == "full" and priced is None:
+                                    priced = (configs["full"], collection)
+                    for size in shared:
+                        problems = compare_outcomes(
+                            {c.configuration: c.outcomes for c in collections if c.round == number and c.rollouts == size}
+                        )
+                        if problems:
+                            raise E2EFailure(f"round {number}: the configurations' outcomes differ: " + "; ".join(problems[:10]))
                 for config in configs.values():
                     thaw(config.marker)
                 for name, config in configs.items():
                     wait_quiet(config.spans_path, 3.0)
                     if config.span_offsets:
                         spans.setdefault(name, Counter()).update(spans_by_name(config.spans_path, config.span_offsets[0], None))
+                if numbers and not options.profile:
+                    read_likeness(configs, likeness)
             finally:
                 for config in reversed(list(configs.values())):
                     thaw(config.marker)  # a stopped process would not see the Ctrl-C that stops it
@@ -587,15 +644,33 @@ def run(options: argparse.Namespace, commit: str) -> Finished | None:
             remove_hook(site, PROFILE_HOOK)
         remove_hook(site, GC_HOOK)
         remove_sampler(site)
+        hand.remove(site)
         scratch.remove()
 
     price = None
     if not options.profile and priced is not None and not (variant is not None and variant.sampler):
         price = span_price(venv_python, *priced, options.quick)
     busy_during = any(c.others > options.max_busy for c in collections)
-    text = report(
-        workload, collections, spans, header, options.quick, busy or busy_during, time.monotonic() - started_at, profiles, price
-    )
+    same = same_lines("hand", likeness["hand"], "gym", likeness["gym"]) if likeness else []
+    if workload.sizes:
+        log("the launcher's and this package's start costs (gym_harness/bench/launch.py)")
+        costs = start_costs(measure(3 if options.quick else 30))
+        text = sizes_report(
+            workload, collections, header, options.quick, busy or busy_during, time.monotonic() - started_at, costs, same
+        )
+    else:
+        text = report(
+            workload,
+            collections,
+            spans,
+            header,
+            options.quick,
+            busy or busy_during,
+            time.monotonic() - started_at,
+            profiles,
+            price,
+            same,
+        )
     if options.profile:
         body = "\n".join(profile_lines(profiles))
         (WORK / "PROFILE.md").write_text(body + "\n")

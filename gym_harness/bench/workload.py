@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gym_harness.bench.hand import ACTIVE_VAR as HAND_VAR
 from gym_harness.releases import RELEASES
 
 RELEASE = next(release for release in RELEASES if release.version == "0.7.0")
@@ -21,19 +22,36 @@ RELEASE = next(release for release in RELEASES if release.version == "0.7.0")
 # lean: full with the settings a NeMo Gym user should run with (LEAN_SETTINGS, RAY_WITHOUT_LAUNCHER);
 # gym: the launcher with this package alone (contrib's aiohttp-client and FastAPI instrumentations
 # disabled, so neither is ever imported: the package's own propagation carries the context), Ray's
-# cluster started as lean's.
-CONFIGURATIONS = ("none", "contrib", "full", "lean", "gym")
-# What a run collects unless `--configurations` names others (gym is named: `--configurations none,gym`).
+# cluster started as lean's; hand: gym's launcher and settings with this package disabled too, and the
+# same spans written by hand into NeMo Gym (gym_harness/bench/hand/patch.py, armed by HAND_VAR).
+CONFIGURATIONS = ("none", "contrib", "full", "lean", "hand", "gym")
+# What a run collects unless `--configurations` names others (gym is named: `--configurations none,gym`,
+# and hand: `--configurations none,hand,gym`).
 DEFAULT_CONFIGURATIONS = ("none", "contrib", "full", "lean")
 # The ratios the report gives, numerator / denominator, each within a round; a configuration's row in
 # the table shows the first that has it as numerator, the others follow the table.
-RATIOS = (("contrib", "none"), ("full", "contrib"), ("lean", "contrib"), ("lean", "none"), ("gym", "none"))
+RATIOS = (
+    ("contrib", "none"),
+    ("full", "contrib"),
+    ("lean", "contrib"),
+    ("lean", "none"),
+    ("hand", "none"),
+    ("gym", "hand"),
+    ("gym", "none"),
+)
 # gym's variables on top of full's environment: the contrib HTTP instrumentations are not loaded, and
 # FastAPI's own telemetry (0.165 and later: spans, metrics, logs per request) is off for the requests
 # the package's receive targets handle, as docs/nemo-gym.md tells the user who wants the cheapest run.
 GYM_SETTINGS = (
     ("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "aiohttp-client,fastapi"),
     ("OTEL_PYTHON_GYM_SERVER_TELEMETRY", "false"),
+)
+# hand's variables on top of full's environment: gym's, this package disabled as well (never imported), and
+# the hand-written spans armed.
+HAND_SETTINGS = (
+    ("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "aiohttp-client,fastapi,gym"),
+    ("OTEL_PYTHON_GYM_SERVER_TELEMETRY", "false"),
+    (HAND_VAR, "1"),
 )
 # The configurations whose Ray cluster is started without the launcher that starts their other
 # processes, in a plain environment (no OTEL_* variable; none has neither anywhere), as a user would
@@ -42,7 +60,11 @@ GYM_SETTINGS = (
 # spans of its dashboard's `/api/healthz` polls, no `ray_*` metrics through the launcher's meter
 # provider, no instrumentation loaded into its dashboard, agent and workers. The package's spans are
 # all made in the collector and the Gym servers, which `gym env start` starts itself, under the launcher.
-RAY_WITHOUT_LAUNCHER = frozenset({"lean", "gym"})
+RAY_WITHOUT_LAUNCHER = frozenset({"lean", "hand", "gym"})
+# Variables only the launched processes of a configuration get: the receiver and the scripted model (which
+# stand for the tracing backend and the model, outside the pipeline) and a Ray cluster started without the
+# launcher run without them.
+LAUNCHED_ONLY = ("OTEL_", "GYM_BENCH_PROFILE", HAND_VAR)
 # lean's variables on top of full's environment. FastAPI's `http send` / `http receive` spans (30 of
 # contrib's 43 spans per rollout) cannot be left out by a variable: opentelemetry-instrumentation-
 # fastapi 0.66b1 takes `exclude_spans` only as an argument of `instrument_app`/`instrument()`, which
@@ -122,6 +144,9 @@ class Workload:
     blocks: int = 1  # the rounds in this many blocks, each with every configuration started afresh
     together: bool = False  # every configuration of a round collects at the same moment, not one after another
     variant: str | None = None  # a key of VARIANTS: full's processes get its variables
+    # Rollouts per collection, each round collecting every configuration at each (--sizes): what a rollout
+    # adds, apart from what a collection costs whatever its size. Empty: one size, tasks x repeats.
+    sizes: tuple[int, ...] = ()
 
     @property
     def rollouts(self) -> int:
@@ -148,6 +173,8 @@ def configuration_env(name: str, base: dict[str, str], variant: str | None = Non
         env.update(LEAN_SETTINGS)
     elif name == "gym":
         env.update(GYM_SETTINGS)
+    elif name == "hand":
+        env.update(HAND_SETTINGS)
     elif variant is not None:
         env.update(VARIANTS[variant].env)
     return env
