@@ -22,7 +22,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span
 
 from gym_instrument import semconv
-from gym_instrument.compat import parents_in
+from gym_instrument.compat import parents_in, with_span
 from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.link.memory import DispatchLink
@@ -115,7 +115,7 @@ class VerifyAfterRole(VerifyRole):
                 if link is not None:
                     if link.rollout_id is not None:
                         attributes[semconv.ROLLOUT_ID] = link.rollout_id
-                    parent = trace.set_span_in_context(NonRecordingSpan(link.span_context), current)
+                    parent = with_span(current, NonRecordingSpan(link.span_context))
                     return tracer.start_span(self.span_name, context=parent, kind=self.span_kind, attributes=attributes)
                 self.found_nowhere(call, name)
         return super().open_span(call, tracer, job, current, attributes)
@@ -136,9 +136,8 @@ def find_dispatch(call: LinkedCall, name: tuple[Any, ...], current: Context) -> 
     """The ended dispatch ``name`` names, kept for the next verify: remembered in this process, else
     persisted by another (the links of the run in ``current``, else of the runs of no known output
     in the folder a setting names)."""
-    link = call.links.find_many((name,))[0]
-    files = call.link_files
-    if link is None and files is not None:
+    link = call.links.find(name)
+    if link is None and (files := call.link_files) is not None:
         output = current.get(RUN_OUTPUT_KEY)
         link = files.find(output if isinstance(output, str) else None, (name,))[0]
     return link
