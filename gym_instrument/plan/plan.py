@@ -13,8 +13,9 @@ one. The call's context is detached when it returns, and the span ends at the ne
 :meth:`Active.finish`, made by what the role handed the call to, with what it read, what the
 read raised, or nothing (abandoned: the span ends when the call returned). The extractor return
 convention (``extract``) is applied in the start and in that one end and nowhere else: a rollout
-id from a start extractor names the rollout (baggage included), an ``error.type`` from an end
-extractor marks a returned call failed.
+id from a start extractor names the rollout of a role whose calls name one (its
+``extracted_identity``; baggage included), an ``error.type`` from an end extractor marks a
+returned call failed.
 
 Generators: the span covers the iteration, from the first step to exhaustion, an exception or
 ``close()`` (an abandoned generator is closed by the garbage collector). Its context is current
