@@ -1513,13 +1513,13 @@ class _Finder:
 
 
 def _finding(sizes: Sizes) -> tuple[list[float], list[float]]:
-    """Per ended dispatch, in us: found by a verify after it (one name per call, as ``VerifyAfterRole``
-    does), and by a health pass (all its verdicts' names at once, as ``verdict_spans`` does), each
-    made the parent of a span in the current context."""
+    """Per ended dispatch, in us: found by a verify after it (one name per call, as
+    ``VerifyAfterRole.open_span`` does), and by a health pass (all its verdicts' names at once, as
+    ``verdict_spans`` does), each made the parent of a span in the current context (as each does)."""
     from opentelemetry import context as otel_context
     from opentelemetry.trace import NonRecordingSpan
 
-    from gym_instrument.compat import parents_in, span_context
+    from gym_instrument.compat import parents_in, span_context, with_span
     from gym_instrument.role.verify import find_dispatch
 
     count = sizes.verdicts
@@ -1545,7 +1545,7 @@ def _finding(sizes: Sizes) -> tuple[list[float], list[float]]:
         def run() -> None:
             for name in names:
                 link = find_dispatch(finder, name, current)  # type: ignore[arg-type]
-                parents.append(trace.set_span_in_context(NonRecordingSpan(link.span_context), current))  # type: ignore[union-attr]
+                parents.append(with_span(current, NonRecordingSpan(link.span_context)))  # type: ignore[union-attr]
 
         elapsed = seconds(run)
         if len(parents) != count:

@@ -482,3 +482,108 @@ def test_letting_go_a_replaced_dispatch_keeps_its_retry() -> None:
     assert (len(links), links.evictions) == (3, 0)  # the first 0-0 went, but nothing could find it any more
     retry = links.take(None, 0, 0)
     assert retry is not None and retry.span_context.span_id == 2
+
+
+def test_a_lookup_that_keeps_finds_the_retry_that_ended_after_the_index_was_built() -> None:
+    """``find`` (a verify after its dispatch, one name a call) reads without the lock only once
+    everything remembered is indexed: a retry still pending, or sealed by later dispatches but not
+    yet indexed, wins over the first attempt the index holds, and is found again by the next lookup
+    and by the health pass."""
+    links = DispatchLinks(1_000_000)
+    links.remember(_context(1), RolloutIdentity(task_index=0, rollout_index=0))
+    assert len(links) == 1  # indexed
+    first = links.find((None, 0, 0))
+    assert first is not None and first.span_context.span_id == 2
+    links.remember(_context(2), RolloutIdentity(task_index=0, rollout_index=0, attempt=1))  # pending
+    retry = links.find((None, 0, 0))
+    assert retry is not None and (retry.span_context.span_id, retry.rollout_id) == (3, "0-0-a1")
+    links.remember(_context(3), RolloutIdentity(task_index=0, rollout_index=0, attempt=2))
+    for number in range(DispatchLinks.BATCH - 1):  # sealed by these dispatches' own remembering, not indexed
+        links.remember(_context(10 + number), RolloutIdentity(task_index=1 + number, rollout_index=0))
+    assert not links._pending  # (the state this test is about: sealed, not yet indexed)
+    second_retry = links.find((None, 0, 0))
+    assert second_retry is not None and (second_retry.span_context.span_id, second_retry.rollout_id) == (4, "0-0-a2")
+    again = links.find(("0-0", 0, 0))
+    assert again is not None and again.span_context.span_id == 4
+    taken = links.take(None, 0, 0)
+    assert taken is not None and taken.span_context.span_id == 4
+    assert links.find((None, 0, 0)) is None
+
+
+def test_lookups_without_the_lock_find_every_dispatch_while_others_end_and_are_let_go() -> None:
+    """Threads looking rollouts up one at a time while other threads remember dispatches (sealing,
+    indexing, letting the oldest go): each lookup finds its own rollout's span, or, once that is
+    let go, nothing; never another rollout's, and never nothing while it is held."""
+    kept_rollouts = 2_000
+    links = DispatchLinks(kept_rollouts + 6 * DispatchLinks.BATCH)
+    for task in range(kept_rollouts):
+        links.remember(_context(task), RolloutIdentity(task_index=task, rollout_index=0))
+    assert len(links) == kept_rollouts
+    wrong: list[Any] = []
+    missing: list[int] = []
+    stop = threading.Event()
+
+    def remember_more(thread: int) -> None:
+        number = 0
+        while not stop.is_set() and number < 40 * DispatchLinks.BATCH:
+            task = 10**6 * (thread + 1) + number
+            links.remember(_context(task), RolloutIdentity(task_index=task, rollout_index=1))
+            number += 1
+            if number % 97 == 0:
+                len(links)  # a read: everything sealed and indexed, the oldest let go
+
+    def look_up(rounds: int) -> None:
+        for _ in range(rounds):
+            evicted_before = links.evictions
+            for task in range(kept_rollouts):
+                link = links.find((None, task, 0))
+                if link is None:
+                    if links.evictions == evicted_before == 0:
+                        missing.append(task)
+                elif (link.span_context.span_id, link.span_context.trace_id, link.rollout_id) != (
+                    task + 1,
+                    task * 7919 + 1,
+                    f"{task}-0",
+                ):
+                    wrong.append((task, link))
+
+    writers = [threading.Thread(target=remember_more, args=(n,)) for n in range(2)]
+    readers = [threading.Thread(target=look_up, args=(5,)) for _ in range(2)]
+    for thread in (*writers, *readers):
+        thread.start()
+    for thread in readers:
+        thread.join()
+    stop.set()
+    for thread in writers:
+        thread.join()
+    assert wrong == []
+    assert missing == []
+
+
+def test_a_lookup_without_the_lock_that_meets_a_seal_midway_looks_again_under_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup made while another thread seals (its pending dispatches moved, not yet indexed: the
+    memory looks indexed from outside) finds nothing without the lock, so it looks again under the
+    lock, once the seal is done: it finds the dispatch that was being sealed."""
+    from gym_instrument.link import memory
+
+    links = DispatchLinks(1_000_000)
+    links.remember(_context(1), RolloutIdentity(task_index=0, rollout_index=0))
+    assert len(links) == 1  # everything indexed: lookups read without the lock
+    found: list[Any] = []
+    lookups: list[threading.Thread] = []
+    add = memory._Batch.add
+
+    def add_with_a_lookup_midway(batch: Any, contexts: Any, identities: Any, by_task: bool) -> int:
+        # (under the lock, in the middle of a seal)
+        lookup = threading.Thread(target=lambda: found.append(links.find((None, 1, 0))))
+        lookups.append(lookup)
+        lookup.start()
+        lookup.join(0.5)  # one that looks again waits for the lock; one that gave up has answered
+        return add(batch, contexts, identities, by_task)
+
+    monkeypatch.setattr(memory._Batch, "add", add_with_a_lookup_midway)
+    links.remember(_context(2), RolloutIdentity(task_index=1, rollout_index=0))
+    assert links.evictions == 0  # (a read that seals)
+    for lookup in lookups:
+        lookup.join()
+    assert len(found) == 1 and found[0] is not None and found[0].span_context.span_id == 3

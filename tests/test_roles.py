@@ -660,11 +660,11 @@ def test_a_role_without_a_span_says_what_its_call_runs_in_and_what_its_result_ma
         name = "episode"
         row_names = ("label",)
 
-        def spanless_context(self, call: Any, current: Any, row: Any, files: Any) -> Any:
-            return otel_context.set_value(key, row, current)
+        def spanless_context(self, call: Any, flight: Any) -> Any:
+            return otel_context.set_value(key, flight.row, flight.current)
 
-        def emit(self, emission: Any, call: Any, result: Any) -> None:
-            tracer = emission.tracer()
+        def emit(self, call: Any, flight: Any, result: Any) -> None:
+            tracer = flight.tracer()
             for item in result:
                 tracer.start_span("test.item", attributes={"item": item}).end()
 
@@ -673,6 +673,74 @@ def test_a_role_without_a_span_says_what_its_call_runs_in_and_what_its_result_ma
     instrument(targets=[f"{name}:play=episode"])
     assert importlib.import_module(name).play("a", key) == ["a", "b"]
     assert [span.attributes["item"] for span in telemetry.spans("test.item")] == ["a", "b"]
+
+
+def test_a_role_added_later_with_its_own_hooks_defers_its_end_and_is_remembered(
+    make_module: Any, instrument: Any, telemetry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A role of a shape no shipped role has, added later: an episode opened by one call and closed
+    later. Its hooks alone make its span carry its rollout id in baggage while the call runs, stay
+    open past the call's return until the episode closes (defer), take the closing score (on_success
+    over what the close hands on), and be remembered when it ends (on_end), so that a health verdict
+    naming the episode becomes the child of its ended span. Nothing in the engine is edited for it."""
+    from gym_instrument.link.identity import RolloutIdentity
+    from gym_instrument.role import ROLES, Role
+
+    class Episode:
+        """What opening an episode returns; closing it later ends its span."""
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.on_close: Any = None
+
+        def close(self, score: float) -> None:
+            if self.on_close is not None:
+                self.on_close(score)
+
+    class EpisodeRole(Role):
+        name = "episode"
+        span_name = "test.episode"
+        row_names = ("name",)
+
+        def start_attributes(self, call: Any, row: Any, current: Any) -> Any:
+            return {semconv.ROLLOUT_ID: row}, RolloutIdentity(rollout_id=row, custom_id=True)
+
+        def on_success(self, call: Any, row: Any, result: Any) -> dict[str, Any]:
+            return {"test.score": result} if isinstance(result, float) else {}
+
+        def defer(self, call: Any, pending: Any, result: Any) -> bool:
+            result.on_close = lambda score: pending.finish(score)
+            return True
+
+        def on_end(self, call: Any, flight: Any, attributes: Any) -> None:
+            if flight.ok and flight.setup.remembers:
+                flight.setup.links.remember(flight.span.get_span_context(), flight.identity)
+
+    monkeypatch.setitem(ROLES, EpisodeRole.name, EpisodeRole())
+    source = (
+        "from opentelemetry import baggage\n\n"
+        "seen = []\n\n"
+        "def open_episode(name, make):\n"
+        "    seen.append(baggage.get_baggage('nemo.gym.rollout.id'))\n"
+        "    return make(name)\n\n"
+        "def judge(records):\n"
+        "    return records\n"
+    )
+    name = make_module(source)
+    instrument(targets=[f"{name}:open_episode=episode", f"{name}:judge=health"])
+    module = importlib.import_module(name)
+    episode = module.open_episode("ep-7", Episode)
+    assert isinstance(episode, Episode) and module.seen == ["ep-7"]
+    assert telemetry.spans("test.episode") == []  # the call returned; the episode is still open
+    episode.close(0.5)
+    episode.close(0.25)  # closed twice: the span ended once, with the first score
+    (span,) = telemetry.spans("test.episode")
+    assert dict(span.attributes) == {semconv.ROLLOUT_ID: "ep-7", "test.score": 0.5}
+    assert module.judge([{"rollout_id": "ep-7", "verdict": "healthy"}]) == [{"rollout_id": "ep-7", "verdict": "healthy"}]
+    (health,) = telemetry.spans(semconv.SPAN_HEALTH)
+    assert health.parent is not None and health.parent.span_id == span.context.span_id
+    assert health.context.trace_id == span.context.trace_id
+    assert health.attributes[semconv.ROLLOUT_ID] == "ep-7"
 
 
 def test_a_failing_rule_is_logged_once_per_target_not_once_per_role(

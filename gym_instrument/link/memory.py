@@ -2,10 +2,10 @@
 
 A dispatch that ends is appended, its span context and its rollout identity, to a pending list:
 one ``list.extend`` of two references, no lock, nothing computed. Every ``BATCH`` of them (or
-sooner, at capacity or when something reads) are moved into a batch of columns with C-level maps
-(trace ids as 16 bytes each, span ids in an ``array``, trace flags as a byte, task and rollout
-indices in arrays, or the keys themselves for the unusual ones), and the span contexts and
-identities are let go: about 40 bytes per dispatch held, whatever the run's length. A batch is
+sooner, at capacity or when something reads) are moved into a batch with C-level maps (one
+25-byte record each of trace id, span id and trace flags, read back with one ``unpack_from``;
+task and rollout indices in arrays, or the keys themselves for the unusual ones), and the span
+contexts and identities are let go: about 40 bytes per dispatch held, whatever the run's length. A batch is
 appended to until it holds ``BATCH`` dispatches.
 
 The lookup index (key -> sequence number) is built only when something reads the memory (a
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import weakref
 from array import array
@@ -48,6 +49,11 @@ _LOG = logging.getLogger(__name__)
 _ATTEMPT_MAX = (1 << 16) - 1  # larger attempts are stored as this and match by indices only
 
 _SMALL_TASK, _SMALL_ROLLOUT = 1 << 40, 1 << 16
+
+# One dispatch's span context in a batch: its trace id (16 bytes), span id and trace flags, side by
+# side, so that a lookup reads one place of memory, not three.
+_RECORD = struct.Struct(">16sQB")
+_READ, _RECORD_SIZE = _RECORD.unpack_from, _RECORD.size
 
 _BATCH_BITS = 9
 _OFFSET_MASK = (1 << _BATCH_BITS) - 1
@@ -140,22 +146,28 @@ def _attempt(key: _Key) -> int:
     return 0 if type(key) is int else key.attempt  # type: ignore[union-attr]
 
 
+class DispatchLink(NamedTuple):
+    """A remembered dispatch: its span context and rollout id (None: a dispatch named by its task
+    id and repeat alone had none)."""
+
+    span_context: SpanContext
+    rollout_id: str | None
+
+
 class _Batch:
-    """Up to ``BATCH`` dispatches, in columns, appended to until it is full; entries below ``start``
-    have been let go.
+    """Up to ``BATCH`` dispatches, their span contexts as records, appended to until it is full;
+    entries below ``start`` have been let go.
 
     A *plain* batch (every dispatch named by small indices alone, the usual run) keeps its task and
     rollout indices in arrays and makes their keys when it is indexed; any other keeps its keys."""
 
-    __slots__ = ("flags", "keys", "plain", "rollouts", "size", "span_ids", "start", "tasks", "trace_ids")
+    __slots__ = ("keys", "plain", "records", "rollouts", "size", "start", "tasks")
 
     def __init__(self) -> None:
         self.plain = True
         self.tasks, self.rollouts = array("Q"), array("H")
         self.keys: list[_Key] = []
-        self.trace_ids = bytearray()  # 16 bytes each
-        self.span_ids = array("Q")
-        self.flags = bytearray()
+        self.records = bytearray()  # _RECORD each
         self.start = 0
         self.size = 0
 
@@ -184,9 +196,8 @@ class _Batch:
                 self.tasks, self.rollouts = array("Q"), array("H")
             contexts, keys = _named(contexts, identities, by_task)
             self.keys += keys
-        self.trace_ids += b"".join(map(int.to_bytes, map(trace_id_of, contexts), repeat(16), repeat("big")))  # type: ignore[arg-type]
-        self.span_ids += array("Q", list(map(span_id_of, contexts)))
-        self.flags += bytes(map(trace_flags_of, contexts))
+        trace_ids = map(int.to_bytes, map(trace_id_of, contexts), repeat(16), repeat("big"))  # type: ignore[arg-type]
+        self.records += b"".join(map(_RECORD.pack, trace_ids, map(span_id_of, contexts), map(trace_flags_of, contexts)))
         self.size += len(contexts)
         return len(contexts)
 
@@ -196,23 +207,15 @@ class _Batch:
             return map(_index_key, self.tasks[first:], self.rollouts[first:])
         return map(_primary, self.keys[first:])
 
-    def read(self, offset: int) -> tuple[int, int, int, int]:
-        """(trace id, span id, trace flags, attempt) of one entry."""
-        at = offset << 4
-        return (
-            int.from_bytes(self.trace_ids[at : at + 16], "big"),
-            self.span_ids[offset],
-            self.flags[offset],
-            0 if self.plain else _attempt(self.keys[offset]),
-        )
+    def attempt(self, offset: int) -> int:
+        """The attempt of one entry (0 in a plain batch)."""
+        return 0 if self.plain else _attempt(self.keys[offset])
 
-
-class DispatchLink(NamedTuple):
-    """A remembered dispatch: its span context and rollout id (None: a dispatch named by its task
-    id and repeat alone had none)."""
-
-    span_context: SpanContext
-    rollout_id: str | None
+    def link(self, offset: int, rollout_id: str | None) -> DispatchLink:
+        """One entry's link, named ``rollout_id``."""
+        trace_id, span_id, flags = _READ(self.records, offset * _RECORD_SIZE)
+        found = span_context(int.from_bytes(trace_id, "big"), span_id, bool(flags & 1))
+        return tuple.__new__(DispatchLink, (found, rollout_id))  # (our own NamedTuple, built directly)
 
 
 # What names a rollout a verdict or a verify looks up: (rollout id, task index, repeat), or with a
@@ -225,7 +228,8 @@ class DispatchLinks:
 
     Thread-safe: remembering is one atomic append; sealing, indexing and lookups take one lock
     (no awaits inside), so asyncio tasks, threads and the worker thread a health pass runs in can
-    share it. ``on_evicted(count)`` is told of evictions.
+    share it; a lookup of one name that keeps what it finds (:meth:`find`) reads without it once
+    everything is indexed. ``on_evicted(count)`` is told of evictions.
     """
 
     BATCH = 1 << _BATCH_BITS  # dispatches in a batch, and pending ones moved into the batches at once
@@ -406,9 +410,6 @@ class DispatchLinks:
         index_key = self._index_of_custom.get(custom_id)
         self._discard_primary(custom_id if index_key is None else index_key)
 
-    def _read(self, sequence: int) -> tuple[int, int, int, int]:
-        return self._batches[sequence >> _BATCH_BITS].read(sequence & _OFFSET_MASK)
-
     # -- lookups -----------------------------------------------------------------------------
 
     def _report(self, evicted: int) -> None:
@@ -437,7 +438,7 @@ class DispatchLinks:
         order, under one lock.
 
         A verdict with an explicit rollout id (not the index form) finds the dispatch of that id
-        (:meth:`_take_custom`); one with indices (or an index-form id) finds the latest attempt of
+        (:meth:`_find_custom`); one with indices (or an index-form id) finds the latest attempt of
         them, or only the attempt an attempt-qualified id names; one with neither, but a task id and
         a repeat, finds the latest attempt of those (or the attempt it names), with ``by_task``.
         """
@@ -449,97 +450,110 @@ class DispatchLinks:
         and its health verdict still finds it after them."""
         return self._lookup(names, False)
 
-    def _lookup(self, verdicts: Sequence[RolloutName], consume: bool) -> list[DispatchLink | None]:
-        found: list[tuple[tuple[int, int, int, int], str | None] | None] = []
-        append = found.append
+    def find(self, name: RolloutName, consume: bool = False, locked: bool = False) -> DispatchLink | None:
+        """The dispatch ``name`` names (see :meth:`take_many`), kept: :meth:`find_many` of one name,
+        the lookup a verify after its dispatch makes, once per call.
+
+        When every dispatch remembered is already indexed (a run's verifies come after its
+        dispatches), it reads without the lock: a lookup that keeps what it finds changes nothing,
+        and one that meets the memory mid-change (an index half built, a batch let go) finds
+        nothing, and is made again under the lock, as is every lookup that finds nothing.
+
+        It is the one way a name finds its dispatch: :meth:`take_many` and :meth:`find_many` call
+        it for each of theirs, holding the lock (``locked``), forgetting what it finds when
+        ``consume`` (only ever with the lock held)."""
+        if not locked and (self._pending or self._index_next != self._sealed_next):
+            return self._lookup((name,), consume)[0]  # (not everything indexed yet)
+        rollout_id, task_index, rollout_index = name if len(name) == 3 else name[:3]
+        if rollout_id is None and task_index is None and len(name) > 3 and name[3] is not None:
+            link = self._find_task(name, consume)  # by task id and repeat
+            return link if link is not None or locked else self._lookup((name,), consume)[0]
+        attempt_wanted = None
+        bare = None if task_index is None or rollout_index is None else index_form(task_index, rollout_index, None)
+        if rollout_id is not None and rollout_id != bare:
+            # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
+            parsed = parse_index_form(rollout_id)
+            if parsed is None:
+                link = self._find_custom(rollout_id, consume)
+                return link if link is not None or locked else self._lookup((name,), consume)[0]
+            if bare is None:
+                task_index, rollout_index, attempt_wanted = parsed
+                bare = index_form(task_index, rollout_index, None)
+            elif (task_index, rollout_index) != parsed[:2]:
+                return None  # a name that contradicts itself names no dispatch
+            else:
+                attempt_wanted = parsed[2]
+        elif bare is None:
+            return None  # no indices and no id: it names nothing
+        primary = _index_key(task_index, rollout_index)  # (both known here)
+        sequence = self._index.get(primary)
+        try:
+            batch = None if sequence is None else self._batches[sequence >> _BATCH_BITS]
+        except KeyError:  # (without the lock: let go meanwhile)
+            batch = None
+        if batch is None:
+            return None if locked else self._lookup((name,), consume)[0]
+        offset = sequence & _OFFSET_MASK  # type: ignore[operator]  # (a batch was found for it)
+        attempt = batch.attempt(offset)
+        if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
+            # An attempt-qualified id names an attempt a retry has replaced.
+            return None if locked else self._lookup((name,), consume)[0]
+        custom_of_index = self._custom_of_index
+        custom_id = custom_of_index.get(primary) if custom_of_index else None
+        if consume:
+            del self._index[primary]
+            if custom_id is not None:
+                del custom_of_index[primary]
+                del self._index_of_custom[custom_id]
+            if self._task_of_primary and (task := self._task_of_primary.pop(primary, None)) is not None:
+                del self._primary_of_task[task]
+        if custom_id is not None:
+            return batch.link(offset, custom_id)  # found by its indices, named by its own id
+        return batch.link(offset, index_form(task_index, rollout_index, attempt) if attempt else bare)
+
+    def _lookup(self, names: Sequence[RolloutName], consume: bool) -> list[DispatchLink | None]:
         with self._lock:
             # (everything sealed and indexed already, the usual lookup of a verify after its dispatch: nothing to do)
             evicted = self._index_everything() if self._pending or self._index_next != self._sealed_next else 0
-            index, read, custom_of_index = self._index, self._read, self._custom_of_index
-            bare_form, key_of = index_form, _index_key  # (locals: looked up once per pass, not per verdict)
-            for verdict in verdicts:
-                rollout_id, task_index, rollout_index = verdict if len(verdict) == 3 else verdict[:3]
-                if rollout_id is None and task_index is None and len(verdict) > 3 and verdict[3] is not None:
-                    append(self._take_task(verdict, consume))  # by task id and repeat
-                    continue
-                attempt_wanted = None
-                name = None if task_index is None or rollout_index is None else bare_form(task_index, rollout_index, None)
-                if rollout_id is not None and rollout_id != name:
-                    # (NeMo Gym's usual verdict names its own indices in the bare form: nothing to parse then)
-                    parsed = parse_index_form(rollout_id)
-                    if parsed is None:
-                        append(self._take_custom(rollout_id, consume))
-                        continue
-                    if name is None:
-                        task_index, rollout_index, attempt_wanted = parsed
-                        name = index_form(task_index, rollout_index, None)
-                    elif (task_index, rollout_index) != parsed[:2]:
-                        append(None)  # a verdict that contradicts itself names no dispatch
-                        continue
-                    else:
-                        attempt_wanted = parsed[2]
-                elif name is None:
-                    append(None)  # no indices and no id: it names nothing
-                    continue
-                primary = key_of(task_index, rollout_index)  # (both known here)
-                sequence = index.get(primary)
-                if sequence is None:
-                    append(None)
-                    continue
-                entry = read(sequence)
-                attempt = entry[3]
-                if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
-                    append(None)  # an attempt-qualified id names an attempt a retry has replaced
-                    continue
-                custom_id = custom_of_index.get(primary) if custom_of_index else None
-                if consume:
-                    del index[primary]
-                    if custom_id is not None:
-                        del custom_of_index[primary]
-                        del self._index_of_custom[custom_id]
-                    if self._task_of_primary and (task := self._task_of_primary.pop(primary, None)) is not None:
-                        del self._primary_of_task[task]
-                if custom_id is not None:
-                    name = custom_id  # found by its indices, named by its own id
-                elif attempt:
-                    name = index_form(task_index, rollout_index, attempt)
-                append((entry, name))
-            if consume and not index:
+            find = self.find
+            found = [find(name, consume, True) for name in names]
+            if consume and not self._index:
                 self._index = {}  # every dispatch found: its table's memory goes too (a dict never shrinks)
         if evicted:
             self._report(evicted)
-        return [None if named is None else _link(*named) for named in found]
+        return found
 
-    def _take_task(self, verdict: RolloutName, consume: bool) -> tuple[tuple[int, int, int, int], str | None] | None:
-        """Under the lock: the entry of the latest attempt of the dispatch of ``verdict``'s task id
-        and repeat (only the attempt it names, when it names one), forgotten when ``consume``, and
-        the dispatch's rollout id."""
-        task_id, repeat = verdict[3], verdict[2]
+    def _find_task(self, name: RolloutName, consume: bool) -> DispatchLink | None:
+        """The latest attempt of the dispatch of ``name``'s task id and repeat (only the attempt it
+        names, when it names one), forgotten when ``consume``, named by the dispatch's rollout id."""
+        task_id, repeat = name[3], name[2]
         found = self._primary_of_task.get((task_id, repeat)) if repeat is not None else None
         if found is None:
             return None
         primary, rollout_id = found
         sequence = self._index.get(primary)
-        if sequence is None:
+        batch = None if sequence is None else self._batches.get(sequence >> _BATCH_BITS)
+        if batch is None:  # (without the lock: let go meanwhile)
             return None
-        entry = self._read(sequence)
-        attempt_wanted = verdict[4] if len(verdict) > 4 else None
-        if attempt_wanted is not None and attempt_wanted != entry[3] and entry[3] != _ATTEMPT_MAX:
+        offset = sequence & _OFFSET_MASK  # type: ignore[operator]  # (a batch was found for it)
+        attempt_wanted = name[4] if len(name) > 4 else None
+        attempt = batch.attempt(offset)
+        if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
             return None  # a retry has replaced the attempt it names
         if consume:
             self._discard_primary(primary)
-        return entry, rollout_id
+        return batch.link(offset, rollout_id)
 
-    def _take_custom(self, custom_id: str, consume: bool) -> tuple[tuple[int, int, int, int], str] | None:
-        """Under the lock: the entry of the dispatch with this custom rollout id (forgotten when
-        ``consume``), and its name."""
+    def _find_custom(self, custom_id: str, consume: bool) -> DispatchLink | None:
+        """The dispatch with this custom rollout id, forgotten when ``consume``."""
         primary: int | str = self._index_of_custom.get(custom_id, custom_id)
         sequence = self._index.get(primary)
-        if sequence is None:
+        batch = None if sequence is None else self._batches.get(sequence >> _BATCH_BITS)
+        if batch is None:  # (without the lock: let go meanwhile)
             return None
         if consume:
             self._discard_primary(primary)
-        return self._read(sequence), custom_id
+        return batch.link(sequence & _OFFSET_MASK, custom_id)  # type: ignore[operator]  # (a batch was found for it)
 
 
 # A forked child starts with an empty memory and fresh locks: a lock another thread held at the
@@ -556,10 +570,3 @@ def _forget_in_forked_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_forked_child)
-
-
-def _link(entry: tuple[int, int, int, int], name: str | None) -> DispatchLink:
-    """The link of a remembered dispatch (trace id, span id, trace flags, attempt), named ``name``."""
-    trace_id, span_id, flags, _ = entry
-    # Our own NamedTuple, built directly.
-    return tuple.__new__(DispatchLink, (span_context(trace_id, span_id, bool(flags & 1)), name))

@@ -2,8 +2,9 @@
 
 At wrap time a target becomes a plan: its role (``role``), where its row sits and the condition
 its arguments must meet, the schema its attributes are read through, the user's extractors split
-into those that run at the start and at the end, and the role's capability flags as plain
-booleans. At call time one wrapper per kind of function runs it: sync, coroutine, generator,
+into those that run at the start and at the end, and the role's hooks, each bound once, or None
+when the role lacks it: the engine decides nothing by role, and a call pays nothing for a hook its
+role lacks. At call time one wrapper per kind of function runs it: sync, coroutine, generator,
 async generator and async context manager. Each one admits the call (:meth:`Plan.admit`), starts
 it (:meth:`Plan.start`) and ends it in exactly one idempotent place (:meth:`Active.finish`),
 reached from every exit path; the context is detached where it was attached. A role may defer
@@ -12,8 +13,9 @@ one. The call's context is detached when it returns, and the span ends at the ne
 :meth:`Active.finish`, made by what the role handed the call to, with what it read, what the
 read raised, or nothing (abandoned: the span ends when the call returned). The extractor return
 convention (``extract``) is applied in the start and in that one end and nowhere else: a rollout
-id from a start extractor names the rollout (baggage included), an ``error.type`` from an end
-extractor marks a returned call failed.
+id from a start extractor names the rollout of a role whose calls name one (its
+``extracted_identity``; baggage included), an ``error.type`` from an end extractor marks a
+returned call failed.
 
 Generators: the span covers the iteration, from the first step to exhaustion, an exception or
 ``close()`` (an abandoned generator is closed by the garbage collector). Its context is current
@@ -36,7 +38,6 @@ from opentelemetry.trace import Span
 
 from gym_instrument import compat, semconv
 from gym_instrument.compat import attach, detach
-from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.plan.call import ArgLocator, Call
 from gym_instrument.plan.engine import ENGINE, Setup
@@ -46,7 +47,6 @@ from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Role
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.extractors import Extractor, run_extractors, runs_at_start
 from gym_instrument.schema.fields import MISSING
-from gym_instrument.schema.rules import declared_identity
 
 # The object (instance, or function without one) of the gym call of a role running in a context,
 # kept under the role's own key in the context the call attaches: a nested call of the same role
@@ -76,6 +76,7 @@ _CANCELLATION = (asyncio.CancelledError, GeneratorExit)
 _SUPPRESSION_KEYS = compat.suppression_keys()
 
 _NO_CONTEXT = Context()  # an Active's until Plan.start gives it its own (a Context is never changed in place)
+_NO_ATTRIBUTES: dict[str, Any] = {}  # an Active's start attributes until its span starts (never changed)
 
 
 class Plan:
@@ -86,15 +87,13 @@ class Plan:
         "argument_locators",
         "armed",
         "binds_instance",
-        "carries_rollout_id",
         "conditions",
-        "counts_outcome",
-        "counts_reward",
         "defaults",
-        "defers",
-        "direct",
-        "emits",
+        "defer",
+        "emit",
         "end_extractors",
+        "enter",
+        "extracted_identity",
         "find_row",
         "framework",
         "function",
@@ -102,11 +101,14 @@ class Plan:
         "guard_key",
         "locator",
         "makes_call",
+        "on_end",
+        "on_failure",
+        "on_success",
         "open_span",
-        "prepares",
+        "open_span_in_job",
+        "prepare",
         "reads_result",
-        "remembers",
-        "replaces_row",
+        "relays",
         "role",
         "role_name",
         "schema",
@@ -116,7 +118,6 @@ class Plan:
         "start_attributes",
         "start_extractors",
         "target",
-        "ties_to_job",
         "where",
     )
 
@@ -139,10 +140,7 @@ class Plan:
         self.function = function
         self.schema = schema
         self.locator = locator
-        # The role's and the locator's methods, bound once: called on every call of the target.
-        self.find_row = locator.find
-        self.start_attributes = role.start_attributes
-        self.open_span = role.open_span
+        self.find_row = locator.find  # bound once: called on every call of the target
         # (where the argument sits, the value it must have)
         self.conditions = tuple(conditions)
         self.where = f"target {target.path}"  # how failure logs name it
@@ -154,27 +152,23 @@ class Plan:
         self.adopts = role.span_name in schema.framework_spans
         self.span_name = role.span_name
         self.span_kind = role.span_kind
-        # A plain span started here, without the role's open_span (one call less per call): only when
-        # the role does not override it and no framework span can be adopted (Role.open_span).
-        self.direct = self.spans and not self.adopts and type(role).open_span is Role.open_span
-        self.ties_to_job = role.ties_to_job
         self.framework = target.framework  # nemo.gym.framework on its spans, when its target names one
         self.argument_locators: dict[str, ArgLocator] = {}  # Call.argument's, made on first use
+        # The role's hooks, bound once; None for each it lacks, so a call pays nothing for it (Role).
+        self.start_attributes = role.start_attributes
+        self.on_success = role.on_success
+        self.relays = role.relays
+        self.extracted_identity = role.extracted_identity
+        self.defer = role.defer
+        self.on_end = role.on_end
+        self.prepare = role.prepare
+        self.enter = role.prepare or role.spanless_context  # what a call without a span runs in
+        self.emit = role.emit
+        self.on_failure = role.on_failure
+        # None: a plain span in the call's context, started here (in a process without, and with, a job context).
+        self.open_span = role.span_opener(self, in_job=False)
+        self.open_span_in_job = role.span_opener(self, in_job=True)
         self.use_extractors(extractors, defaults)
-        # The role's capability flags, as plain booleans.
-        self.counts_outcome = role.counts_outcome
-        self.counts_reward = role.counts_reward
-        self.carries_rollout_id = role.carries_rollout_id
-        self.remembers = role.remembers_dispatch
-        # A role without a span whose call's end does something (it overrides emit or on_failure):
-        # child spans from its result, the end of a call that waited for it.
-        self.emits = not self.spans and (type(role).emit is not Role.emit or type(role).on_failure is not Role.on_failure)
-        # A role without a span that prepares its call (its arguments, its context) before it runs.
-        self.prepares = not self.spans and type(role).prepare is not Role.prepare
-        # A role without a span that hands its call's row on changed (headers, work for another thread).
-        self.replaces_row = not self.spans and type(role).replace_row is not Role.replace_row
-        # A role whose span may end after its call returned (Role.defer).
-        self.defers = self.spans and type(role).defer is not Role.defer
 
     @property
     def links(self) -> Any:
@@ -194,7 +188,7 @@ class Plan:
         at_start = tuple(e for e in extractors if runs_at_start(e)) if self.spans else ()
         self.start_extractors = at_start
         self.end_extractors = tuple(e for e in extractors if e not in at_start)
-        self.makes_call = bool(extractors) or self.role.needs_call  # a call then gets a Call for its extractors (or its role)
+        self.makes_call = bool(extractors)  # a call then gets a Call for its extractors
         self.defaults = defaults
         self.reads_result = defaults and self.role.reads_result(self.schema)
 
@@ -242,7 +236,6 @@ class Plan:
     def start(self, current: Context, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Active | None:
         """Start one admitted call: its span (none for a role without one) and its context, not yet
         attached. None when the call is not the role's (a relay) or starting failed: it runs untouched."""
-        role = self.role
         setup = ENGINE.setup
         span = rollout_id = spanless = None
         try:
@@ -250,60 +243,39 @@ class Plan:
             tracer = recorder.cached_tracer or recorder.tracer()
             if tracer is None:
                 return None  # uninstrumented since the call was admitted
-            active = Active(self, setup, args)
-            call = active.call = Call(self, instance, args, kwargs) if self.makes_call else None
-            if self.spans:
-                row = self.find_row(instance, args, kwargs)
-                if row is MISSING:
-                    row = None
-                if row is None and role.relays(self, current):
+            active = Active(self, setup, current, instance, args, kwargs)
+            call = active._call = Call(self, instance, args, kwargs) if self.makes_call else None
+            row = self.find_row(instance, args, kwargs)
+            if row is MISSING:
+                row = None
+            active.row = row
+            if not self.spans:  # the role says what its call runs in (and, prepared, what it is made with)
+                spanless = self.enter(self, active)
+                if spanless is None:
+                    return None  # it runs untouched, in its own context
+            else:
+                if row is None and self.relays is not None and self.relays(self, current):
                     return None
                 try:
                     attributes, identity = self.start_attributes(self, row, current)
                 except Exception:  # a schema that fails on this row: logged once, the span goes on without
                     FAILURES.failed(f"the start rules of the {self.role_name} role", self.where)
                     attributes, identity = {}, None
-                active.row = row
-                if identity is not None:
-                    active.identity = identity
-                    rollout_id = identity.rollout_id
                 if self.framework is not None:
                     attributes[semconv.FRAMEWORK] = self.framework
                 if self.start_extractors:
                     run_extractors(self.start_extractors, call, attributes, self.where)
-                    if self.carries_rollout_id:
-                        # What the start rules and extractors name the rollout by (its id, its indices)
-                        # names it, baggage and its health verdict's link included (extract's convention).
-                        active.identity = declared_identity(active.identity, attributes)
-                        if active.identity is not None:
-                            rollout_id = active.identity.rollout_id
-                if self.remembers:
-                    active.output = current.get(RUN_OUTPUT_KEY)  # type: ignore[assignment]  # the run it belongs to, for its persisted link
-                if self.direct and (setup.job is None or not self.ties_to_job):
+                    if self.extracted_identity is not None:
+                        identity = self.extracted_identity(identity, attributes)
+                if identity is not None:
+                    active.identity = identity
+                    rollout_id = identity.rollout_id
+                opener = self.open_span if setup.job is None else self.open_span_in_job
+                if opener is None:
                     span = active.span = tracer.start_span(self.span_name, current, self.span_kind, attributes)  # type: ignore[arg-type]  # (a role with a span has its name)
                 else:
-                    span = active.span = self.open_span(self, tracer, setup.job, current, attributes)
-                if self.counts_reward:  # (after open_span: a verify after its dispatch is named by it)
-                    active.rollout_id = attributes.get(semconv.ROLLOUT_ID)
-            elif self.prepares:  # no span: the role prepares the call and says what it runs in
-                spanless = role.prepare(self, instance, args, kwargs, current, setup.hops)
-                if spanless is None:
-                    return None  # all it does is done before the call: it runs in its own context
-            elif self.replaces_row:  # no span: the role hands the call its row changed
-                row = self.find_row(instance, args, kwargs)
-                replacement = role.replace_row(self, row, current, setup.hops)
-                if replacement is row:
-                    return None  # the call runs as it was made
-                active.args = self.locator.replace(instance, args, kwargs, replacement)
-                if active.args is args:
-                    return None  # a keyword argument, changed in the call's own keywords
-                spanless = current  # a positional one: the call is made with the active's arguments
-            else:  # no span: the role says what its call runs in
-                if self.emits:
-                    active.started_at = time_ns()  # (the start of the spans its result makes)
-                row = self.find_row(instance, args, kwargs)
-                active.row = None if row is MISSING else row
-                spanless = role.spanless_context(self, current, active.row, setup.link_files)
+                    span = active.span = opener(self, tracer, setup.job, current, attributes)
+                active.start_attributes = attributes
         except Exception:
             FAILURES.failed(f"the start of the {self.role_name} role", self.where)
             return None
@@ -330,46 +302,55 @@ _RUNNING, _DEFERRED, _DONE = 0, 1, 2
 
 
 class Active:
-    """One call in flight. :meth:`finish` is the single, idempotent place it ends.
+    """One call in flight (``role.CallInFlight``, as its role's hooks see it). :meth:`finish` is the
+    single, idempotent place it ends.
 
     ``setup`` is fixed when the call starts: an uninstrument() while it is in flight must not send
     its end (the reward count, the dispatch remembered for its verdict) to the next configuration.
-    ``call`` is what the plan's extractors are given (None when it has none). ``args``: the positional
-    arguments the call is made with (the caller's, unless its role replaced its row).
+    ``args``: the positional arguments the call is made with (the caller's, unless its role replaced
+    its row).
     """
 
     __slots__ = (
+        "_call",
         "args",
-        "call",
         "ctx",
+        "current",
         "identity",
-        "output",
+        "instance",
+        "kwargs",
+        "outcome",
         "plan",
         "returned_at",
-        "rollout_id",
         "row",
         "setup",
         "span",
+        "start_attributes",
         "started_at",
         "state",
         "token",
     )
 
-    def __init__(self, plan: Plan, setup: Setup, args: tuple[Any, ...]) -> None:
+    def __init__(
+        self, plan: Plan, setup: Setup, current: Context, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         self.plan = plan
         self.setup = setup
+        self.current = current
+        self.instance = instance
         self.args = args
-        self.call: Call | None = None
+        self.kwargs = kwargs
+        self._call: Call | None = None  # what the plan's extractors are given (None when it has none)
         self.span: Span | None = None
         self.identity: RolloutIdentity | None = None
         self.row: Any = None
-        self.output: str | None = None  # the output file of the run a dispatch belongs to
-        self.rollout_id: Any = None  # the rollout a verify scores, as its span started (for the rewarded count)
+        self.start_attributes: dict[str, Any] = _NO_ATTRIBUTES  # Plan.start sets the span's own
         self.ctx: Context = _NO_CONTEXT  # Plan.start sets the call's own before it returns it
-        self.started_at = 0  # (set for a role without a span that makes spans from its result)
+        self.started_at = 0  # (set by a role that makes spans from its result)
         self.token: object | None = None
         self.state = _RUNNING
         self.returned_at: int | None = None  # a deferred call's return (ns): its end when its wait is abandoned
+        self.outcome: Any = None  # how it ended (a gym.rollout.dispatches point), for its role's on_end
 
     def attach(self) -> None:
         self.token = attach(self.ctx)
@@ -383,15 +364,16 @@ class Active:
                 FAILURES.failed("detaching the context of", self.plan.where)
 
     def finish(self, result: Any = MISSING, exception: BaseException | None = None) -> None:
-        """End the call, once: the role's end rules, the user's end extractors, the span, the counts.
+        """End the call, once: the role's end rules, the user's end extractors, the span, the role's end.
 
         Every exit of the call reaches it (return, raise, cancellation, close). When the role defers
-        the end of a call that returned (:meth:`Role.defer`), this first finish only detaches its
+        the end of a call that returned (``Role.defer``), this first finish only detaches its
         context and leaves its span open; the span then ends at the next finish, which the role's
         :class:`~gym_instrument.role.base.Pending` makes: with what was read (``result``: the
         role's end rules and the user's end extractors run over it), with what the read raised
         (``exception``: the call failed), or with neither when the wait was abandoned (the span ends
-        at the time the call returned, never at the time the abandonment was noticed).
+        at the time the call returned, never at the time the abandonment was noticed). A call
+        without a span ends in its role's ``emit`` or ``on_failure``.
         """
         state = self.state
         if state == _DONE:
@@ -408,13 +390,12 @@ class Active:
                     FAILURES.failed("detaching the context of", plan.where)
         self.state = _DONE
         try:
-            if plan.emits:
+            if span is None:  # a role without a span: what its call's end does is its own
                 if exception is None:
-                    plan.role.emit(self, plan, result)
-                else:
-                    plan.role.on_failure(self, plan, exception)
-                return
-            if span is None:
+                    if plan.emit is not None:
+                        plan.emit(plan, self, result)
+                elif plan.on_failure is not None:
+                    plan.on_failure(plan, self, exception)
                 return
             if not span.is_recording():
                 span.end()  # sampled out: nothing to read, count or remember
@@ -423,26 +404,26 @@ class Active:
             attributes: dict[str, Any] | None = None
             if exception is None and result is not MISSING and plan.reads_result:
                 try:
-                    attributes = plan.role.on_success(plan, self.row, result)
+                    attributes = plan.on_success(plan, self.row, result)
                 except Exception:  # a schema that fails on this result: logged once, the span goes on without
                     FAILURES.failed(f"the end rules of the {plan.role_name} role", plan.where)
             failed_as = attributes.get(semconv.ERROR_TYPE) if attributes and exception is None else None
             if state == _RUNNING:
-                if exception is None and failed_as is None and plan.defers:
+                if exception is None and failed_as is None and plan.defer is not None:
                     # All set before defer(): what the role hands the call to may end it at once.
                     self.returned_at = time_ns()
                     if attributes:
                         span.set_attributes(attributes)
-                    if self.call is not None:
-                        self.call.result = result  # what the user's end extractors see if nothing is read
+                    if self._call is not None:
+                        self._call.result = result  # what the user's end extractors see if nothing is read
                     self.state = _DEFERRED
-                    if plan.role.defer(plan, self, result):
+                    if plan.defer(plan, self, result):
                         return  # the span stays open: the role's Pending finishes it
                     self.state = _DONE
             elif result is MISSING and exception is None:
                 end_time = self.returned_at  # abandoned: the span lasts as long as the call did
             if plan.end_extractors:
-                call: Call = self.call  # type: ignore[assignment]
+                call: Call = self._call  # type: ignore[assignment]
                 if result is not MISSING or exception is not None:
                     call.result, call.exception = result, exception
                 if attributes is None:
@@ -452,8 +433,7 @@ class Active:
                     failed_as = attributes.get(semconv.ERROR_TYPE)
             if attributes:
                 span.set_attributes(attributes)
-            setup = self.setup
-            tallies = setup.recorder.tallies
+            tallies = self.setup.recorder.tallies
             if failed_as is not None:
                 end_failed(span, str(failed_as), end_time)
                 outcome = tallies.error
@@ -464,23 +444,9 @@ class Active:
                 cancelled = isinstance(exception, _CANCELLATION)
                 end_span(span, exception, cancelled, end_time)
                 outcome = tallies.cancelled if cancelled else tallies.error
-            if plan.remembers:
-                # Remembered however it ended: a health pass judges failed rollouts too.
-                identity = self.identity
-                # identity None: the row could not be read, and nothing names the rollout.
-                if identity is not None:
-                    span_context = span.get_span_context()
-                    if setup.remembers:
-                        setup.links.remember(span_context, identity)
-                    if setup.link_files is not None:  # for a health pass in another process
-                        setup.link_files.persist(span_context, identity, self.output)
-            if plan.counts_reward and outcome is tallies.ok and attributes and semconv.ROLLOUT_REWARD in attributes:
-                # Rollouts, not verifies: a multi-step rollout's later rewarded steps are not counted again.
-                rollout_id = attributes.get(semconv.ROLLOUT_ID, self.rollout_id)
-                if type(rollout_id) is not str or tallies.rewarded_rollouts.first(rollout_id):
-                    next(tallies.rewarded)  # (Tally: one C-level call, read by the observable counter)
-            if plan.counts_outcome:
-                next(outcome)
+            if plan.on_end is not None:
+                self.outcome = outcome
+                plan.on_end(plan, self, attributes)
         except Exception:
             FAILURES.failed(f"the end of the {plan.role_name} role", plan.where)
             self.state = _DONE  # (also when the role's defer raised: the span ends here, once)
@@ -490,15 +456,27 @@ class Active:
                 except Exception:
                     pass
 
-    # -- what a role that makes child spans may use of the call in flight (role.Emission) ------
+    # -- what a role's hooks may use of the call in flight (role.CallInFlight) ------------------
+
+    def replace_row(self, value: Any) -> Context | None:
+        if value is self.row:
+            return None
+        args = self.plan.locator.replace(self.instance, self.args, self.kwargs, value)
+        if args is self.args:
+            return None  # a keyword argument, changed in the call's own keywords
+        self.args = args  # a positional one: the call is made with the active's arguments
+        return self.current
 
     @property
-    def links(self) -> Any:
-        return self.setup.links
+    def call(self) -> Call:
+        call = self._call
+        if call is None:
+            call = self._call = Call(self.plan, self.instance, self.args, self.kwargs)
+        return call
 
     @property
-    def link_files(self) -> Any:
-        return self.setup.link_files
+    def ok(self) -> bool:
+        return self.outcome is self.setup.recorder.tallies.ok
 
     def tracer(self) -> Any:
         return self.setup.recorder.tracer()
@@ -508,15 +486,15 @@ class Active:
 
     @property
     def has_item_extractors(self) -> bool:
-        return self.call is not None and bool(self.plan.end_extractors)
+        return self._call is not None and bool(self.plan.end_extractors)
 
     def count_rewarded(self, rollout_id: Any) -> None:
         tallies = self.setup.recorder.tallies
         if type(rollout_id) is not str or tallies.rewarded_rollouts.first(rollout_id):
-            next(tallies.rewarded)
+            next(tallies.rewarded)  # (Tally: one C-level call, read by the observable counter)
 
     def each_item(self, item: Any, attributes: dict[str, Any]) -> None:
-        call = self.call
+        call = self._call
         if call is not None and self.plan.end_extractors:
             call.verdict = item
             run_extractors(self.plan.end_extractors, call, attributes, self.plan.where)

@@ -48,7 +48,7 @@ def _sync_wrapper(plan: Plan) -> Callable[..., Any]:
 
 def _coroutine_wrapper(plan: Plan) -> Callable[..., Any]:
     admit, start = plan.admit, plan.start
-    changes_arguments = plan.prepares or plan.replaces_row
+    prepared = plan.prepare is not None
 
     # The span starts when the coroutine starts running, so a coroutine never awaited leaves no span.
     async def traced(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -68,8 +68,8 @@ def _coroutine_wrapper(plan: Plan) -> Callable[..., Any]:
         current = admit(instance, args, kwargs)
         if current is None:
             return wrapped(*args, **kwargs)  # not traced: the original coroutine object itself
-        if changes_arguments:
-            # A role without a span that changes the call's arguments (or its context: an ASGI
+        if prepared:
+            # A role without a span that prepares its call (its arguments, or its context: an ASGI
             # application's) does so when the call is made, and the coroutine is made then, as
             # unwrapped: arguments that do not fit raise at the call (uvicorn calls an application
             # with none to tell a factory from it).
@@ -107,7 +107,7 @@ def _tracing_what_it_makes(admit: Callable[..., Context | None], traced: Callabl
 
 
 def _generator_wrapper(plan: Plan) -> Callable[..., Any]:
-    start, emits = plan.start, plan.emits
+    start, emits = plan.start, plan.emit is not None
 
     # The span starts at the first step, so a generator never iterated leaves no span.
     def traced(generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -143,7 +143,7 @@ def _generator_wrapper(plan: Plan) -> Callable[..., Any]:
 
 
 def _async_generator_wrapper(plan: Plan) -> Callable[..., Any]:
-    start, emits = plan.start, plan.emits
+    start, emits = plan.start, plan.emit is not None
 
     async def traced(generator: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         active = start(current_context(), instance, args, kwargs)
@@ -255,7 +255,7 @@ def _async_context_manager_wrapper(plan: Plan) -> Callable[..., Any]:
 def _emit_item(active: Active, item: Any) -> None:
     plan = active.plan
     try:
-        plan.role.emit(active, plan, item)
+        plan.emit(plan, active, item)  # type: ignore[misc]  # (called only for a plan whose role emits)
     except Exception:
         FAILURES.failed(f"the child spans of the {plan.role_name} role", plan.where)
 

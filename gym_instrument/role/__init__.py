@@ -1,13 +1,13 @@
 """Role: what a wrapped function does in a rollout, one small class per role, looked up in :data:`ROLES`.
 
 A role says what its span is called and of which kind, which attributes it puts on it at the start
-and at a successful end (read through the target's schema), and what else happens when a call
-ends, as capability flags the engine (``plan``) acts on. **A new role is one class (a file here)
+and at a successful end (read through the target's schema), and what else its calls do, as hooks
+it has or lacks, which the engine (``plan``) runs. **A new role is one class (a file here)
 and one line in** :data:`ROLES`: targets accept its name, the engine runs its hooks, and its
 decorator ``gym_instrument.<name>`` comes from the table when it is asked for.
 """
 
-from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Emission, Pending, Role, RoleCall, rollout_id_in
+from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, CallInFlight, Pending, Role, RoleCall, rollout_id_in
 from gym_instrument.role.dispatch import DispatchRole
 from gym_instrument.role.hand_off import HandOffRole
 from gym_instrument.role.health import HealthRole
@@ -38,8 +38,8 @@ ROLES: dict[str, Role] = {
 __all__ = [
     "ROLES",
     "ROLLOUT_ID_CONTEXT_KEY",
+    "CallInFlight",
     "DispatchRole",
-    "Emission",
     "HandOffRole",
     "HealthRole",
     "InjectRole",

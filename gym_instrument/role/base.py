@@ -1,15 +1,15 @@
 """The interface of a role, and the small protocols its hooks receive.
 
 A role says what its span is called and of which kind, which attributes it puts on it at the start
-and at a successful end (read through the target's schema), and what else happens when a call
-ends, as capability flags the engine (``plan``) acts on. Its hooks receive :class:`RoleCall` (what
-they may know of the wrapped function) and :class:`Emission` (what a role that makes child spans
-may use of the call in flight), never the engine's own objects.
+and at a successful end (read through the target's schema), and what else its calls do, as hooks
+it has or lacks (:class:`Role`), which the engine (``plan``) runs. Its hooks receive
+:class:`RoleCall` (what they may know of the wrapped function) and :class:`CallInFlight` (what
+they may use of one call in flight), never the engine's own objects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from opentelemetry import baggage, context, trace
@@ -82,26 +82,91 @@ class LinkedCall(RoleCall, Protocol):
         """Persisted links, for a dispatch that ran in another process (None: off)."""
 
 
-class Emission(Protocol):
-    """What a role that turns results into child spans may use of the call in flight."""
+class Recording(Protocol):
+    """What one configuration (``instrument()``) records with, as a call's hooks see it."""
 
     @property
     def links(self) -> DispatchLinks:
-        """The remembered dispatches, for a verdict to find its dispatch span."""
+        """The remembered dispatches of this process, for a verdict or a verify after its dispatch to find it."""
 
     @property
     def link_files(self) -> LinkFiles | None:
-        """Persisted links, for a verdict whose dispatch ran in another process (None: off)."""
+        """Persisted links, for a dispatch that ran in another process (None: off)."""
+
+    @property
+    def remembers(self) -> bool:
+        """Whether ended dispatches are remembered in :attr:`links` (a health pass or a verify after
+        its dispatch could ask for them)."""
+
+    @property
+    def hops(self) -> Hops:
+        """What the settings say the package does at a framework's hops."""
+
+
+class CallInFlight(Protocol):
+    """One call of a target in flight, as its role's hooks see it (the engine's ``Active`` is one):
+    its arguments, the context it was made in, its span and rollout, and what the engine records
+    with. One object carries what a hook may need, so no hook takes a long list of arguments."""
+
+    @property
+    def instance(self) -> Any:
+        """The instance (or class) of a method called, None for a function."""
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The positional arguments the call is made with."""
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The call's keywords (a hook that prepares the call may change them in place)."""
+
+    @property
+    def current(self) -> Context:
+        """The context the call was made in (the caller's)."""
 
     @property
     def row(self) -> Any:
-        """The call's row argument (a health pass: the rollout file or files it judges)."""
+        """The call's row argument, None when it has none (a health pass: the rollout file or files it judges)."""
+
+    def replace_row(self, value: Any) -> Context | None:
+        """Make the call with ``value`` in place of its row (its keyword, else its position; an absent
+        row goes in as the first name the target's row is looked up by): the context the call then
+        runs in (the caller's), or None when it runs as it was made (``value`` is its row itself, or
+        a keyword argument, changed in the call's own keywords)."""
+
+    @property
+    def span(self) -> Span | None:
+        """The call's span (None: a role without one)."""
+
+    identity: RolloutIdentity | None
+    """The rollout the call names (its span's context carries its id in baggage)."""
+
+    @property
+    def start_attributes(self) -> dict[str, Any]:
+        """The attributes the call's span started with (as its span was opened)."""
+
+    @property
+    def outcome(self) -> Any:
+        """How the call ended (set before :meth:`Role.on_end`): the ``gym.rollout.dispatches`` point
+        of its outcome (``next(outcome)`` counts it)."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call ended successfully (set before :meth:`Role.on_end`)."""
+
+    @property
+    def setup(self) -> Recording:
+        """What the configuration the call started in records with (an ``instrument()`` while it is
+        in flight does not change it)."""
 
     def tracer(self) -> trace.Tracer | None:
         """The tracer the call records with (None: nothing records any more)."""
 
     def count(self, metric: str, attributes: dict[str, str] | None, amount: int) -> None:
         """Add to a bounded metric point."""
+
+    def count_rewarded(self, rollout_id: Any) -> None:
+        """``gym.rollout.rewarded_total``: +1 for a rollout rewarded for the first time (or a span with no rollout id)."""
 
     @property
     def has_item_extractors(self) -> bool:
@@ -112,14 +177,11 @@ class Emission(Protocol):
 
     @property
     def call(self) -> Any:
-        """The call as extractors and declared paths read it (its arguments; a role that ``needs_call``)."""
+        """The call as extractors and declared paths read it (its arguments)."""
 
-    @property
-    def started_at(self) -> int:
-        """When the call started (ns since the epoch): the start of the spans made from its result."""
-
-    def count_rewarded(self, rollout_id: Any) -> None:
-        """``gym.rollout.rewarded_total``: +1 for a rollout rewarded for the first time (or a span with no rollout id)."""
+    started_at: int
+    """When the call started (ns since the epoch), where its role notes it: the start of the spans
+    made from its result."""
 
 
 class Pending(Protocol):
@@ -134,8 +196,45 @@ class Pending(Protocol):
         """End the call's span (see the class)."""
 
 
+# How a role opens its span: (call, tracer, job, current, attributes) -> its span (Role.open_span)
+SpanOpener = Callable[[RoleCall, trace.Tracer, JobContext | None, Context, dict[str, Any]], Span]
+
+
 class Role:
-    """A role: its span, its hooks, and capability flags; most roles do little (these defaults)."""
+    """A role: its span, its attributes, its hooks; most roles do little (these defaults).
+
+    Every call of a role with a span gets :meth:`start_attributes` at its start and, when it
+    returns, :meth:`on_success` (when :meth:`reads_result` says there is anything to read). Each
+    other hook is a method a role has or lacks (None here); the engine asks which once, when a
+    target is wrapped, so a call pays nothing for a hook its role lacks, and a new role, or a new
+    shape of one, is its class alone: the engine is never edited for it.
+
+    A role with a span may have:
+
+    - ``relays(call, current) -> bool``: whether a call with no row of its own, in ``current``, is
+      not this role's (it then runs untouched).
+    - ``extracted_identity(identity, attributes) -> identity``: the rollout a call names once the
+      user's start extractors have added to its start attributes (asked only when the target has
+      some, before the span opens): what names its context's baggage and the span's rollout id.
+    - ``defer(call, pending, result) -> bool``: whether a call that returned ``result`` ends later
+      than it returns: True once the role has handed ``pending`` to what will end it (its span
+      stays open; its context is detached; the user's end extractors run when it ends).
+    - ``on_end(call, flight, attributes)``: what else the end of a call does, once its span has
+      ended, however it ended (``flight.ok``, ``flight.outcome``; ``attributes``: those its end
+      added, None when none): a dispatch remembered for its verdict, a reward counted. Not for a
+      span sampled out.
+
+    A role without a span says what its call runs in (:meth:`spanless_context`) and may have:
+
+    - ``prepare(call, flight) -> Context | None``: in place of :meth:`spanless_context`, run when
+      the call is made (a coroutine: before it is awaited): it may change what the call is made
+      with (``flight.replace_row``, ``flight.kwargs``) and returns the context the call runs in
+      (None: it runs untouched, in its own).
+    - ``emit(call, flight, result)``: child spans from a result, or from each item a generator
+      yields.
+    - ``on_failure(call, flight, exception)``: what a call that raised ``exception`` ends (the
+      dispatch that waited for the body it failed to read).
+    """
 
     name: str = ""
     span_name: str | None = None  # None: no span around the call
@@ -143,20 +242,17 @@ class Role:
     row_names: tuple[str, ...] = ()  # where the row sits when the target does not say (else: first argument)
     row_by_name = False  # the row is only ever the argument named first in row_names, never the first argument
     decorated = True  # gym_instrument.<name> exists as a decorator
-    # Capability flags: what the engine does when a call of this role runs and ends.
-    carries_rollout_id = False  # the call's rollout id goes into its context (baggage), for what it causes
-    counts_outcome = False  # gym.rollout.dispatches, by outcome
-    counts_reward = False  # gym.rollout.rewarded_total, when the span got a reward
-    remembers_dispatch = False  # the ended span is remembered for its health verdict
     uses_links = False  # its calls look up remembered dispatches: remember them while such a target can run
-    needs_call = False  # its hooks read the call's arguments (Emission.call), whether or not it has extractors
     ties_to_job = False  # a root span is tied to the job context the process was started with (TRACEPARENT)
-    # What else a role does is a hook it overrides (the engine asks which, once per wrapped function):
-    # emit (child spans from a result), spanless_context (the context a role without a span runs its
-    # call in), prepare (a role without a span that changes its call's arguments or context before
-    # it runs), replace_row (a role without a span that hands its call's row on changed), on_success
-    # (attributes from a result), defer (a span that ends after its call returned), on_failure (what a
-    # role without a span ends when its call raised).
+
+    # The hooks a role may have (see the class): None when it has none.
+    relays: Callable[[RoleCall, Context], bool] | None = None
+    extracted_identity: Callable[[RolloutIdentity | None, dict[str, Any]], RolloutIdentity | None] | None = None
+    defer: Callable[[RoleCall, Pending, Any], bool] | None = None
+    on_end: Callable[[RoleCall, CallInFlight, dict[str, Any] | None], None] | None = None
+    prepare: Callable[[RoleCall, CallInFlight], Context | None] | None = None
+    emit: Callable[[RoleCall, CallInFlight, Any], None] | None = None
+    on_failure: Callable[[RoleCall, CallInFlight, BaseException], None] | None = None
 
     def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
         """The role the calls of one target play, from what the target declares (its schema, its
@@ -175,44 +271,29 @@ class Role:
         the rollout's identity, which names the span and its baggage whatever the rules."""
         return {}, None
 
-    def relays(self, call: RoleCall, current: Context) -> bool:
-        """Whether a call with no row of its own, in ``current``, is not this role's (it runs untouched)."""
-        return False
-
-    def prepare(
-        self,
-        call: RoleCall,
-        instance: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        current: Context,
-        hops: Hops,
-    ) -> Context | None:
-        """Roles without a span that override this, before the call: may change ``kwargs`` (the dict the call is made
-        with) and return the context the call runs in (None: it runs untouched, in its own).
-        ``hops``: what the settings say the package does at a framework's hops."""
-        return None
-
-    def replace_row(self, call: RoleCall, row: Any, current: Context, hops: Hops) -> Any:
-        """Roles without a span that override this, before the call: what the call is made with in place
-        of its row (``MISSING`` when the call has none), put where the row sits (its keyword, else its
-        position; an absent row goes in as the first name the target's row is looked up by). Returning
-        ``row`` itself leaves the call exactly as it was made. ``current``: the caller's context."""
-        return row
-
     def reads_result(self, schema: RolloutSchema) -> bool:
         """Whether :meth:`on_success` has anything to read for targets of ``schema`` (asked once, at wrap time)."""
         return type(self).on_success is not Role.on_success
+
+    def on_success(self, call: RoleCall, row: Any, result: Any) -> dict[str, Any]:
+        """The span's attributes from a returned result (the role's own rules are on)."""
+        return {}
+
+    def span_opener(self, call: RoleCall, in_job: bool) -> SpanOpener | None:
+        """How the calls of one target open their span (asked once, when it is wrapped, for a process
+        started without and with a job context, ``in_job``): :meth:`open_span`, or None when that
+        would always be a plain span in the call's context, which the engine then starts itself
+        (one call less on every call, the same span)."""
+        if type(self).open_span is Role.open_span and not call.adopts and not (in_job and self.ties_to_job):
+            return None
+        return self.open_span
 
     def open_span(
         self, call: RoleCall, tracer: trace.Tracer, job: JobContext | None, current: Context, attributes: dict[str, Any]
     ) -> Span:
         """The call's span: the framework's own span of the same name that it runs in (when the
         target's schema says its framework makes one), a root span tied to the process's job
-        (``ties_to_job``), or a new span in the call's context.
-
-        A role that does not override this gets the plain span from the engine directly when neither
-        of the first two can apply: one call less on every call, the same span."""
+        (``ties_to_job``), or a new span in the call's context."""
         outer = framework_span(current, self.span_name) if call.adopts and current else None  # type: ignore[arg-type]
         if outer is not None:
             adopted = FrameworkSpan(outer)
@@ -227,25 +308,7 @@ class Role:
             return tracer.start_span(name, context=current, kind=self.span_kind, attributes=attributes, links=job.links)
         return tracer.start_span(name, context=current, kind=self.span_kind, attributes=attributes)
 
-    def spanless_context(self, call: RoleCall, current: Context, row: Any, files: LinkFiles | None) -> Context:
-        """A role without a span: the context its call runs in (the engine adds its own guard to it).
-        Default: the caller's."""
-        return current
-
-    def on_success(self, call: RoleCall, row: Any, result: Any) -> dict[str, Any]:
-        """The span's attributes from a returned result (the role's own rules are on)."""
-        return {}
-
-    def defer(self, call: RoleCall, pending: Pending, result: Any) -> bool:
-        """Whether a call that returned ``result`` ends later than it returns: True once the role
-        has handed ``pending`` to what will end it (its span stays open; its context is detached;
-        the user's end extractors run when it ends). Default: it ends now."""
-        return False
-
-    def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
-        """Child spans from a result, or from each item a generator yields (a role without a span that
-        overrides this; the call's end makes no span of its own)."""
-
-    def on_failure(self, emission: Emission, call: RoleCall, exception: BaseException) -> None:
-        """A role without a span whose call raised ``exception``: what that ends (``read_result``: the
-        dispatch that waited for the body it failed to read). Default: nothing."""
+    def spanless_context(self, call: RoleCall, flight: CallInFlight) -> Context | None:
+        """A role without a span: the context its call runs in (the engine adds its own guard to it;
+        None: it runs untouched). Default: the caller's."""
+        return flight.current

@@ -8,21 +8,19 @@ from opentelemetry import baggage, context
 from opentelemetry.context import Context
 
 from gym_instrument import semconv
+from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.record.step import TRAIN_STEPS
-from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, Pending, Role, RoleCall
+from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, CallInFlight, Pending, Role, RoleCall
 from gym_instrument.role.read_result import hold
 from gym_instrument.schema.base import RolloutSchema
-from gym_instrument.schema.rules import identity_attributes
+from gym_instrument.schema.rules import declared_identity, identity_attributes
 
 
 class DispatchRole(Role):
     name = semconv.ROLE_DISPATCH
     span_name = semconv.SPAN_DISPATCH
     row_names = ("row", "json")
-    carries_rollout_id = True
-    counts_outcome = True
-    remembers_dispatch = True
     ties_to_job = True
 
     def start_attributes(self, call: RoleCall, row: Any, current: Context) -> tuple[dict[str, Any], RolloutIdentity | None]:
@@ -34,6 +32,11 @@ class DispatchRole(Role):
         if step is not None:
             attributes.update(step)
         return attributes, identity
+
+    def extracted_identity(self, identity: RolloutIdentity | None, attributes: dict[str, Any]) -> RolloutIdentity | None:
+        # What the start rules and extractors name the rollout by (its id, its indices) names it,
+        # baggage and its health verdict's link included (extract's convention).
+        return declared_identity(identity, attributes)
 
     def relays(self, call: RoleCall, current: Context) -> bool:
         # A relay of a rollout already in flight (NeMo Gym 0.7.0's environment server forwards the
@@ -58,3 +61,17 @@ class DispatchRole(Role):
         # ends the span (role.read_result), failed when it raises; a response never read ends it
         # when it is collected or at the process's exit.
         return call.schema.body_read_later(result) and hold(result, pending)
+
+    def on_end(self, call: RoleCall, flight: CallInFlight, attributes: dict[str, Any] | None) -> None:
+        # Remembered however it ended (a health pass judges failed rollouts too); identity None: the
+        # row could not be read, and nothing names the rollout.
+        identity = flight.identity
+        if identity is not None:
+            span_context = flight.span.get_span_context()  # type: ignore[union-attr]  # (a role with a span)
+            setup = flight.setup
+            if setup.remembers:
+                setup.links.remember(span_context, identity)
+            files = setup.link_files
+            if files is not None:  # for a health pass in another process, beside the output of the run it belongs to
+                files.persist(span_context, identity, flight.current.get(RUN_OUTPUT_KEY))  # type: ignore[arg-type]  # (a run's output file: role.run)
+        next(flight.outcome)  # gym.rollout.dispatches, by outcome

@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry.context import Context
 
 from gym_instrument.compat import attach, detach
-from gym_instrument.role.base import Hops, Role, RoleCall
+from gym_instrument.role.base import CallInFlight, Role, RoleCall
 
 
 class InContext:
@@ -49,9 +49,10 @@ class HandOffRole(Role):
     row_names = ("fn", "func")
     decorated = False
 
-    def replace_row(self, call: RoleCall, row: Any, current: Context, hops: Hops) -> Any:
+    def prepare(self, call: RoleCall, flight: CallInFlight) -> Context | None:
+        row, current = flight.row, flight.current
         if not current or type(row) is InContext or not callable(row):
-            return row  # nothing to carry, carried already, or not work at all
+            return None  # nothing to carry, carried already, or not work at all: handed on as given
         if inspect.iscoroutinefunction(row) or getattr(row, "_is_coroutine", None) is not None:
-            return row  # asyncio's own marker too: run_in_executor refuses it, as before
-        return InContext(row, current)
+            return None  # asyncio's own marker too: run_in_executor refuses it, as before
+        return flight.replace_row(InContext(row, current))

@@ -19,7 +19,7 @@ from opentelemetry.trace import NonRecordingSpan
 from gym_instrument import semconv
 from gym_instrument.compat import parents_in
 from gym_instrument.link.memory import DispatchLink, DispatchLinks
-from gym_instrument.role.base import Emission, Role, RoleCall
+from gym_instrument.role.base import CallInFlight, Role, RoleCall
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.rules import VerdictName
 
@@ -158,15 +158,15 @@ class HealthRole(Role):
             call.schema.name,
         )
 
-    def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
-        tracer = emission.tracer()
+    def emit(self, call: RoleCall, flight: CallInFlight, result: Any) -> None:
+        tracer = flight.tracer()
         if tracer is None:
             return
         spanned: list[Any] = []  # the verdict name of each span, counted once per pass (the same sums)
-        files = emission.link_files
+        files = flight.setup.link_files
         more_links = None
         if files is not None:
-            paths = rollout_paths(emission.row)
+            paths = rollout_paths(flight.row)
             if paths:
                 more_links = partial(files.lookup, paths)
         verdicts = [*call.schema.verdicts(result)]
@@ -175,14 +175,14 @@ class HealthRole(Role):
         try:
             verdict_spans(
                 tracer,
-                emission.links,
+                flight.setup.links,
                 call.schema,
                 verdicts,
                 spanned,
                 defaults=call.defaults,
-                each=emission.each_item if emission.has_item_extractors else None,
+                each=flight.each_item if flight.has_item_extractors else None,
                 more_links=more_links,
             )
         finally:
             for attributes, count in verdict_counts(spanned):
-                emission.count(semconv.METRIC_VERDICTS, attributes, count)
+                flight.count(semconv.METRIC_VERDICTS, attributes, count)

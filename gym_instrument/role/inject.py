@@ -23,8 +23,7 @@ from opentelemetry import propagate
 from opentelemetry.context import Context
 
 from gym_instrument import semconv
-from gym_instrument.role.base import Hops, Role, RoleCall
-from gym_instrument.schema.fields import MISSING
+from gym_instrument.role.base import CallInFlight, Hops, Role, RoleCall
 
 
 def _has_traceparent(headers: Any) -> bool:
@@ -37,6 +36,28 @@ def _has_traceparent(headers: Any) -> bool:
     return False
 
 
+def headers_carrying(row: Any, current: Context, hops: Hops) -> Any:
+    """The headers the call is made with: a copy of ``row`` with ``current`` injected, or ``row``
+    itself (left as given)."""
+    if not hops.propagation:
+        return row
+    headers: Any
+    if row is None:  # (no headers argument)
+        headers = {}
+    elif not isinstance(row, MutableMapping) or _has_traceparent(row):
+        return row  # a traceparent of the caller's, or headers of another shape: left as given
+    elif type(row) is dict:
+        headers = dict(row)  # a copy: the caller's object is never changed
+    else:
+        # A multi-value mapping (aiohttp's CIMultiDict, websockets' Headers) copies itself, repeated headers included.
+        copy = getattr(row, "copy", None)
+        headers = copy() if callable(copy) else None
+        if not isinstance(headers, MutableMapping) or headers is row:
+            return row
+    propagate.inject(headers, context=current)
+    return headers if headers else row
+
+
 class InjectRole(Role):
     """A client call: the current context is injected into a copy of its headers argument."""
 
@@ -45,21 +66,5 @@ class InjectRole(Role):
     row_by_name = True  # never the call's first argument (a method, a URL) in their place
     decorated = False
 
-    def replace_row(self, call: RoleCall, row: Any, current: Context, hops: Hops) -> Any:
-        if not hops.propagation:
-            return row
-        headers: Any
-        if row is None or row is MISSING:
-            headers = {}
-        elif not isinstance(row, MutableMapping) or _has_traceparent(row):
-            return row  # a traceparent of the caller's, or headers of another shape: left as given
-        elif type(row) is dict:
-            headers = dict(row)  # a copy: the caller's object is never changed
-        else:
-            # A multi-value mapping (aiohttp's CIMultiDict, websockets' Headers) copies itself, repeated headers included.
-            copy = getattr(row, "copy", None)
-            headers = copy() if callable(copy) else None
-            if not isinstance(headers, MutableMapping) or headers is row:
-                return row
-        propagate.inject(headers, context=current)
-        return headers if headers else row
+    def prepare(self, call: RoleCall, flight: CallInFlight) -> Context | None:
+        return flight.replace_row(headers_carrying(flight.row, flight.current, flight.setup.hops))

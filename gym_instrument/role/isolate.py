@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from opentelemetry.context import Context
 
 from gym_instrument import semconv
-from gym_instrument.link.files import LinkFiles
-from gym_instrument.role.base import Role, RoleCall
+from gym_instrument.role.base import CallInFlight, Role, RoleCall
 
 
 class IsolateRole(Role):
@@ -23,5 +20,5 @@ class IsolateRole(Role):
     name = semconv.ROLE_ISOLATE
     decorated = False
 
-    def spanless_context(self, call: RoleCall, current: Context, row: Any, files: LinkFiles | None) -> Context:
+    def spanless_context(self, call: RoleCall, flight: CallInFlight) -> Context | None:
         return Context()  # empty: the request is traced from its own headers

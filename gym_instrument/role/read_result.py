@@ -19,7 +19,7 @@ from typing import Any
 
 from gym_instrument import semconv
 from gym_instrument.record.exit import before_exit
-from gym_instrument.role.base import Emission, Pending, Role, RoleCall
+from gym_instrument.role.base import CallInFlight, Pending, Role, RoleCall
 
 # Dispatches waiting for their response's body, by the response's id(): whoever pops an entry
 # ends it (the read, the response's finalizer, the process's exit), so it ends once. A finalizer
@@ -84,12 +84,12 @@ class ReadResultRole(Role):
     row_names = ("response",)
     decorated = False
 
-    def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
-        pending = _WAITING.pop(id(emission.row), None)
+    def emit(self, call: RoleCall, flight: CallInFlight, result: Any) -> None:
+        pending = _WAITING.pop(id(flight.row), None)
         if pending is not None:
             pending.finish(result)
 
-    def on_failure(self, emission: Emission, call: RoleCall, exception: BaseException) -> None:
-        pending = _WAITING.pop(id(emission.row), None)
+    def on_failure(self, call: RoleCall, flight: CallInFlight, exception: BaseException) -> None:
+        pending = _WAITING.pop(id(flight.row), None)
         if pending is not None:
             pending.finish(exception=exception)

@@ -41,7 +41,7 @@ from opentelemetry.propagators.textmap import Getter
 
 from gym_instrument import semconv
 from gym_instrument.record.failures import FAILURES
-from gym_instrument.role.base import Hops, Role, RoleCall
+from gym_instrument.role.base import CallInFlight, Role, RoleCall
 
 _EMPTY = Context()
 _MIDDLEWARE_DEPTH = 8  # how far the chain of ``.app`` attributes is followed
@@ -124,19 +124,13 @@ class ReceiveRole(Role):
     name = semconv.ROLE_RECEIVE
     decorated = False
 
-    def prepare(
-        self,
-        call: RoleCall,
-        instance: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        current: Context,
-        hops: Hops,
-    ) -> Context | None:
+    def prepare(self, call: RoleCall, flight: CallInFlight) -> Context | None:
+        hops = flight.setup.hops
         quiet = () if hops.server_telemetry else call.schema.quiet_server_scope
         if not hops.propagation and not quiet:
             return _EMPTY
         try:
+            instance, args, kwargs = flight.instance, flight.args, flight.kwargs
             first = args[0] if args else kwargs.get("app", kwargs.get("scope"))
             scope: Any
             if type(first) is dict:  # an ASGI application called (scope, receive, send)

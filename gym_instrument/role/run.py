@@ -8,14 +8,12 @@ shards' links. What its argument says (the output file, the shards) is read by t
 
 from __future__ import annotations
 
-from typing import Any
-
 from opentelemetry import context
 from opentelemetry.context import Context
 
 from gym_instrument import semconv
-from gym_instrument.link.files import RUN_OUTPUT_KEY, LinkFiles
-from gym_instrument.role.base import Role, RoleCall
+from gym_instrument.link.files import RUN_OUTPUT_KEY
+from gym_instrument.role.base import CallInFlight, Role, RoleCall
 
 
 class RunRole(Role):
@@ -25,10 +23,11 @@ class RunRole(Role):
     decorated = False
     row_names = ("config",)
 
-    def spanless_context(self, call: RoleCall, current: Context, row: Any, files: LinkFiles | None) -> Context:
+    def spanless_context(self, call: RoleCall, flight: CallInFlight) -> Context | None:
         """The caller's context naming the output file the run writes (unknown: unchanged), for its
         dispatches' persisted links; a merge of shards into it is recorded."""
-        output, sources = call.schema.run_files(row)
+        current, files = flight.current, flight.setup.link_files
+        output, sources = call.schema.run_files(flight.row)
         if files is not None and output is not None and sources:
             files.record_merge(output, [source for source in sources if source != output])
         return current if output is None else context.set_value(RUN_OUTPUT_KEY, output, current)

@@ -22,13 +22,13 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span
 
 from gym_instrument import semconv
-from gym_instrument.compat import parents_in
+from gym_instrument.compat import parents_in, with_span
 from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity
 from gym_instrument.link.memory import DispatchLink
 from gym_instrument.record.job import JobContext
 from gym_instrument.record.spans import end_span
-from gym_instrument.role.base import Emission, LinkedCall, Role, RoleCall, rollout_id_in
+from gym_instrument.role.base import CallInFlight, LinkedCall, Role, RoleCall, rollout_id_in
 from gym_instrument.schema.base import RolloutSchema
 from gym_instrument.schema.declared import names_its_rollout, start_names
 from gym_instrument.schema.fields import MISSING, index_value, rollout_id_string
@@ -41,7 +41,6 @@ class VerifyRole(Role):
     name = semconv.ROLE_VERIFY
     span_name = semconv.SPAN_VERIFY
     row_names = ("body", "request")
-    counts_reward = True
 
     def for_target(self, schema: RolloutSchema | None, extractors: Sequence[Any]) -> Role:
         if schema is not None and schema.batch is not None:
@@ -61,6 +60,13 @@ class VerifyRole(Role):
         # Whatever a schema reads (a user's own included), a masked verify has no reward; what the
         # end extractors and declared rules add is held to the same rule (run_extractors).
         return without_masked_reward(call.schema.verify_attributes(row, result))
+
+    def on_end(self, call: RoleCall, flight: CallInFlight, attributes: dict[str, Any] | None) -> None:
+        # gym.rollout.rewarded_total counts rollouts, not verifies: a multi-step rollout's later
+        # rewarded steps are not counted again. Its rollout: the one its end names, else the one its
+        # span started with (a verify after its dispatch is named as its span opens).
+        if flight.ok and attributes and semconv.ROLLOUT_REWARD in attributes:
+            flight.count_rewarded(attributes.get(semconv.ROLLOUT_ID, flight.start_attributes.get(semconv.ROLLOUT_ID)))
 
 
 def rollout_name(attributes: dict[str, Any]) -> VerdictName:
@@ -109,7 +115,7 @@ class VerifyAfterRole(VerifyRole):
                 if link is not None:
                     if link.rollout_id is not None:
                         attributes[semconv.ROLLOUT_ID] = link.rollout_id
-                    parent = trace.set_span_in_context(NonRecordingSpan(link.span_context), current)
+                    parent = with_span(current, NonRecordingSpan(link.span_context))
                     return tracer.start_span(self.span_name, context=parent, kind=self.span_kind, attributes=attributes)
                 self.found_nowhere(call, name)
         return super().open_span(call, tracer, job, current, attributes)
@@ -130,9 +136,8 @@ def find_dispatch(call: LinkedCall, name: tuple[Any, ...], current: Context) -> 
     """The ended dispatch ``name`` names, kept for the next verify: remembered in this process, else
     persisted by another (the links of the run in ``current``, else of the runs of no known output
     in the folder a setting names)."""
-    link = call.links.find_many((name,))[0]
-    files = call.link_files
-    if link is None and files is not None:
+    link = call.links.find(name)
+    if link is None and (files := call.link_files) is not None:
         output = current.get(RUN_OUTPUT_KEY)
         link = files.find(output if isinstance(output, str) else None, (name,))[0]
     return link
@@ -149,7 +154,6 @@ class BatchVerifyRole(Role):
     name = semconv.ROLE_VERIFY
     row_names = ("body", "request")
     uses_links = True
-    needs_call = True  # its items are named from the call's arguments (parallel lists)
 
     def __init__(self) -> None:
         self.reported: set[str] = set()  # targets an item of which found no dispatch, reported once each
@@ -160,27 +164,31 @@ class BatchVerifyRole(Role):
     def finds_by_task(self, schema: RolloutSchema, extractors: Sequence[Any]) -> bool:
         return any(attribute == semconv.TASK_ID for attribute, _ in schema.batch.names)
 
-    def on_failure(self, emission: Emission, call: RoleCall, exception: BaseException) -> None:
-        # The call raised: no items, but each rollout its arguments name fails its verify.
-        names = call.schema.batch_names(emission.call)
-        if names:
-            self.emit_items(emission, call, [(name, {}, MISSING) for name in names], exception)
+    def spanless_context(self, call: RoleCall, flight: CallInFlight) -> Context | None:
+        flight.started_at = time_ns()  # (the start of its items' spans)
+        return flight.current
 
-    def emit(self, emission: Emission, call: RoleCall, result: Any) -> None:
-        self.emit_items(emission, call, call.schema.batch_facts(emission.call, result), None)
+    def on_failure(self, call: RoleCall, flight: CallInFlight, exception: BaseException) -> None:
+        # The call raised: no items, but each rollout its arguments name fails its verify.
+        names = call.schema.batch_names(flight.call)
+        if names:
+            self.emit_items(call, flight, [(name, {}, MISSING) for name in names], exception)
+
+    def emit(self, call: RoleCall, flight: CallInFlight, result: Any) -> None:
+        self.emit_items(call, flight, call.schema.batch_facts(flight.call, result), None)
 
     def emit_items(
-        self, emission: Emission, call: RoleCall, facts: list[tuple[Any, dict[str, Any], Any]], exception: BaseException | None
+        self, call: RoleCall, flight: CallInFlight, facts: list[tuple[Any, dict[str, Any], Any]], exception: BaseException | None
     ) -> None:
         """One verify span per item: under its rollout's ended dispatch, failed with ``exception`` when the call raised."""
-        tracer = emission.tracer()
+        tracer = flight.tracer()
         if tracer is None or not facts:
             return
         ended_at = time_ns()
         current = context.get_current()
         names = [name for name, _, _ in facts]
-        links = emission.links.find_many(names)
-        files = emission.link_files
+        links = flight.setup.links.find_many(names)
+        files = flight.setup.link_files
         if files is not None and None in links:
             missing = [at for at, link in enumerate(links) if link is None and names_a_rollout(names[at])]
             if missing:
@@ -188,12 +196,12 @@ class BatchVerifyRole(Role):
                 more = files.find(output if isinstance(output, str) else None, [names[at] for at in missing])
                 for at, link in zip(missing, more, strict=True):
                     links[at] = link
-        function = getattr(emission.call.function, "__qualname__", None) if emission.call is not None else None
+        function = getattr(flight.call.function, "__qualname__", None)
         named = {semconv.VERIFY_FUNCTION: function} if type(function) is str else {}
         if call.framework is not None:
             named[semconv.FRAMEWORK] = call.framework
-        each = emission.each_item if emission.has_item_extractors else None
-        parent_of, started_at, start_span = parents_in(current), emission.started_at, tracer.start_span
+        each = flight.each_item if flight.has_item_extractors else None
+        parent_of, started_at, start_span = parents_in(current), flight.started_at, tracer.start_span
         for (name, attributes, item), link in zip(facts, links, strict=True):
             if each is not None and exception is None:
                 each(item, attributes)  # (run_extractors holds what they add to the masked rule)
@@ -217,7 +225,7 @@ class BatchVerifyRole(Role):
                 continue
             span.end(ended_at)
             if semconv.ROLLOUT_REWARD in attributes:
-                emission.count_rewarded(attributes.get(semconv.ROLLOUT_ID))
+                flight.count_rewarded(attributes.get(semconv.ROLLOUT_ID))
 
 
 VERIFY_AFTER = VerifyAfterRole()
