@@ -330,6 +330,10 @@ class Active:
         "state",
         "token",
     )
+    # Slots set only where they are used (see __init__).
+    started_at: int
+    returned_at: int
+    outcome: Any
 
     def __init__(
         self, plan: Plan, setup: Setup, current: Context, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -346,11 +350,12 @@ class Active:
         self.row: Any = None
         self.start_attributes: dict[str, Any] = _NO_ATTRIBUTES  # Plan.start sets the span's own
         self.ctx: Context = _NO_CONTEXT  # Plan.start sets the call's own before it returns it
-        self.started_at = 0  # (set by a role that makes spans from its result)
         self.token: object | None = None
         self.state = _RUNNING
-        self.returned_at: int | None = None  # a deferred call's return (ns): its end when its wait is abandoned
-        self.outcome: Any = None  # how it ended (a gym.rollout.dispatches point), for its role's on_end
+        # Set only where they are used, before they are read (a slot per call saved on every call):
+        # started_at, by a role that makes spans from its result; returned_at, a deferred call's
+        # return (ns), its end when its wait is abandoned; outcome, how it ended (a
+        # gym.rollout.dispatches point), before its role's on_end.
 
     def attach(self) -> None:
         self.token = attach(self.ctx)
@@ -411,12 +416,13 @@ class Active:
             if state == _RUNNING:
                 if exception is None and failed_as is None and plan.defer is not None:
                     # All set before defer(): what the role hands the call to may end it at once.
-                    self.returned_at = time_ns()
+                    returned_at = time_ns()
                     if attributes:
                         span.set_attributes(attributes)
                     if self._call is not None:
                         self._call.result = result  # what the user's end extractors see if nothing is read
                     self.state = _DEFERRED
+                    self.returned_at = returned_at
                     if plan.defer(plan, self, result):
                         return  # the span stays open: the role's Pending finishes it
                     self.state = _DONE

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from opentelemetry import baggage
+from opentelemetry import baggage, context
 from opentelemetry.context import Context
 
 from gym_instrument import compat, semconv
@@ -39,6 +39,7 @@ STEP_OFF = "off"
 STEP_FIXED = "fixed"
 
 _BAGGAGE_KEY = compat.CONTEXT_KEYS[1] if compat.CONTEXT_KEYS is not None else None
+_NEVER_SET = context.create_key("gym_instrument.no_step_source")  # (off: no context holds it)
 
 
 class StepSource(NamedTuple):
@@ -72,10 +73,13 @@ def _attributes(step: int | None, policy_version: str | None) -> dict[str, Any] 
 class TrainSteps:
     """The step attributes a dispatch gets (:meth:`of`), from the source :meth:`configure` declared."""
 
-    __slots__ = ("_last", "_lock", "_warned", "fixed", "from_baggage")
+    __slots__ = ("_last", "_lock", "_warned", "fixed", "from_baggage", "idle_without")
 
     def __init__(self) -> None:
         self.from_baggage = True
+        # The context key a dispatch's context must hold something under for :meth:`of` to find a
+        # step (its baggage), when nothing else can give one; None: ask :meth:`of` every time.
+        self.idle_without: Any = _BAGGAGE_KEY
         self.fixed: dict[str, Any] | None = None  # a fixed source's, or the environment's BAGGAGE's
         # The last baggage values read and their attributes: a step's dispatches all carry the same ones.
         self._last: tuple[Any, Any, dict[str, Any] | None] = (None, None, None)
@@ -96,6 +100,10 @@ class TrainSteps:
             self.fixed = None
         self._last = (None, None, None)
         self._warned = False
+        if self.fixed is not None:
+            self.idle_without = None
+        else:
+            self.idle_without = _BAGGAGE_KEY if self.from_baggage else _NEVER_SET
 
     def of(self, current: Context) -> dict[str, Any] | None:
         """The step attributes of a dispatch called in ``current`` (None: no step); not to be changed."""

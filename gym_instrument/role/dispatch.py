@@ -28,9 +28,12 @@ class DispatchRole(Role):
         attributes = identity_attributes(identity) if call.defaults else {}
         # The trainer's step and policy version, from the source the train_step setting declares
         # (not a rule of the row: its extractors replacing the defaults keep it).
-        step = TRAIN_STEPS.of(current)
-        if step is not None:
-            attributes.update(step)
+        steps = TRAIN_STEPS
+        key = steps.idle_without  # (a dispatch whose context holds no baggage asks nothing more)
+        if key is None or current.get(key) is not None:
+            step = steps.of(current)
+            if step is not None:
+                attributes.update(step)
         return attributes, identity
 
     def extracted_identity(self, identity: RolloutIdentity | None, attributes: dict[str, Any]) -> RolloutIdentity | None:

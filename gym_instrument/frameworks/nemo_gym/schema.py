@@ -112,6 +112,8 @@ def _http_status(result: Any) -> int | None:
     A rollout's own result (a dict, a pydantic model) is told apart by its type alone: getattr()
     on a model without the field would take pydantic's slow path (microseconds)."""
     kind = type(result)
+    if kind is dict:  # a rollout's own result, parsed from JSON: the usual case, told at once
+        return None
     response = _RESPONSE_TYPES.get(kind)
     if not (_is_response_type(kind) if response is None else response):
         return None
