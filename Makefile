@@ -42,8 +42,8 @@ demo: demo-venv
 	$(DEMO_BIN)/python demo/run_demo.py
 
 lint: venv
-	$(BIN)/ruff check gym_instrument tests benchmarks demo gym_harness harness_tests
-	$(BIN)/ruff format --check gym_instrument tests benchmarks demo gym_harness harness_tests
+	$(BIN)/ruff check gym_instrument tests benchmarks demo gym_harness harness_tests e2e
+	$(BIN)/ruff format --check gym_instrument tests benchmarks demo gym_harness harness_tests e2e
 	$(BIN)/mypy
 
 clean:

@@ -409,7 +409,8 @@ async def tick_column(page: Browser, name: str) -> bool:
             return True
         await asyncio.sleep(0.5)
     menu = """(() => { const s = document.querySelector('input[placeholder^="Search columns"]');
-        return s ? s.parentElement.parentElement.parentElement.parentElement.outerHTML : document.body.innerHTML.slice(-20000); })()"""
+        return s ? s.parentElement.parentElement.parentElement.parentElement.outerHTML
+                 : document.body.innerHTML.slice(-20000); })()"""
     (WORK / "columns-menu.html").write_text(str(await page.evaluate(menu)))
     return False
 
