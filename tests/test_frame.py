@@ -385,3 +385,15 @@ def test_across_processes_the_servers_verify_lands_in_the_clients_dispatch_trace
         assert [s["trace_id"] for s in mine] == [dispatch["trace_id"]] * 3
         assert [s["attributes"][semconv.ROLLOUT_ID] for s in mine] == [rollout_id] * 3
         assert sorted(s["attributes"][semconv.ROLLOUT_REWARD] for s in mine) == [0.1, 0.2, 0.3]
+
+
+def test_the_docs_configuration_names_both_ends() -> None:
+    from gym_instrument.config.declare import parse_config
+
+    page = (ROOT / "docs" / "your-own-framework.md").read_text()
+    section = page.split("- **A client library that allows no headers**", 1)[1]
+    targets = parse_config(section.split("```toml\n", 1)[1].split("```", 1)[0])
+    assert [(target.path, target.role) for target in targets] == [
+        (INJECT_FRAME["path"], "inject_frame"),
+        (RECEIVE_FRAME["path"], "receive_frame"),
+    ]
