@@ -126,6 +126,21 @@ async def session(websocket):
 
 
 app = Starlette(routes=[WebSocketRoute("/ws", session)])
+
+
+def fastapi_app():
+    """The same session served by FastAPI (its __call__ reaches Starlette's: two boundaries, one session)."""
+    from fastapi import FastAPI, WebSocket
+
+    async def route(websocket: WebSocket):
+        await session(websocket)
+
+    try:
+        api = FastAPI(telemetry={"tracing": False, "metrics": False, "logs": False})
+    except TypeError:  # a FastAPI without telemetry of its own
+        api = FastAPI()
+    api.add_api_websocket_route("/ws", route)
+    return api
 '''
 
 CLIENT_SOURCE = '''
@@ -183,7 +198,7 @@ def served(make_module: Any, instrument: Any) -> Iterator[Any]:
     the server started; ``play(episodes)`` runs them (task, repeat, frames) and says what the server read."""
     started: list[tuple[Any, threading.Thread]] = []
 
-    def start(*targets: dict[str, Any]) -> Any:
+    def start(*targets: dict[str, Any], fastapi: bool = False) -> Any:
         server_name, client_name = make_module(SERVER_SOURCE), make_module(CLIENT_SOURCE)
         instrument(
             config={
@@ -195,9 +210,9 @@ def served(make_module: Any, instrument: Any) -> Iterator[Any]:
             }
         )
         port = _free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(importlib.import_module(server_name).app, host="127.0.0.1", port=port, log_level="warning")
-        )
+        module = importlib.import_module(server_name)
+        app = module.fastapi_app() if fastapi else module.app
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         started.append((server, thread))
@@ -215,8 +230,11 @@ def served(make_module: Any, instrument: Any) -> Iterator[Any]:
         thread.join(timeout=30)
 
 
-def test_a_client_that_sends_no_headers_carries_its_context_in_its_first_frame(served: Any, telemetry: Any) -> None:
-    play = served(INJECT_FRAME, RECEIVE_FRAME, HAND_OFF)
+@pytest.mark.parametrize("fastapi", [False, True], ids=["starlette", "fastapi"])
+def test_a_client_that_sends_no_headers_carries_its_context_in_its_first_frame(
+    served: Any, telemetry: Any, fastapi: bool
+) -> None:
+    play = served(INJECT_FRAME, RECEIVE_FRAME, HAND_OFF, fastapi=fastapi)
     read = play([("maze", 0, MOVES), ("maze", 1, MOVES)])
     assert read == [MOVES, MOVES]  # the application read each frame exactly as the client gave it
     dispatches = {span.attributes[semconv.ROLLOUT_ID]: span for span in telemetry.spans(semconv.SPAN_DISPATCH)}
