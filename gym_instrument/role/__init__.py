@@ -9,6 +9,7 @@ decorator ``gym_instrument.<name>`` comes from the table when it is asked for.
 
 from gym_instrument.role.base import ROLLOUT_ID_CONTEXT_KEY, CallInFlight, Pending, Role, RoleCall, rollout_id_in
 from gym_instrument.role.dispatch import DispatchRole
+from gym_instrument.role.frame import InjectFrameRole, ReceiveFrameRole
 from gym_instrument.role.hand_off import HandOffRole
 from gym_instrument.role.health import HealthRole
 from gym_instrument.role.inject import InjectRole
@@ -32,6 +33,8 @@ ROLES: dict[str, Role] = {
         ModelCallRole(),
         ReadResultRole(),
         HandOffRole(),
+        InjectFrameRole(),
+        ReceiveFrameRole(),
     )
 }
 
@@ -42,11 +45,13 @@ __all__ = [
     "DispatchRole",
     "HandOffRole",
     "HealthRole",
+    "InjectFrameRole",
     "InjectRole",
     "IsolateRole",
     "ModelCallRole",
     "Pending",
     "ReadResultRole",
+    "ReceiveFrameRole",
     "ReceiveRole",
     "Role",
     "RoleCall",

@@ -26,7 +26,8 @@ again inside it runs in the context it is given, the server span of FastAPI's ow
 current. A WebSocket session (scope type ``websocket``) is one call of the application, from its opening
 handshake, whose headers the scope holds, to its close: every frame the server handles in the
 session runs in the context the handshake carried, and no span is made for the session. (Work the
-server hands to an executor thread keeps that context through a ``hand_off`` target.)
+server hands to an executor thread keeps that context through a ``hand_off`` target; a session whose
+client sends no headers can carry it in its first frame instead: ``receive_frame``, in ``frame``.)
 """
 
 from __future__ import annotations
@@ -118,6 +119,23 @@ def extracted(headers: Iterable[tuple[bytes, bytes]]) -> Context:
     return propagate.extract(carrier, context=_EMPTY, getter=_GETTER)
 
 
+def _scope_and_application(flight: CallInFlight) -> tuple[dict[str, Any] | None, Any]:
+    """The request's ASGI scope (None: none to read) and the application that serves it."""
+    instance, args, kwargs = flight.instance, flight.args, flight.kwargs
+    first = args[0] if args else kwargs.get("app", kwargs.get("scope"))
+    scope: Any
+    if type(first) is dict:  # an ASGI application called (scope, receive, send)
+        scope, app = first, instance
+    else:  # a request cycle's method called with the application
+        scope, app = getattr(instance, "scope", None), first
+    return (scope if type(scope) is dict else None), app
+
+
+def handshake_scope(flight: CallInFlight) -> dict[str, Any] | None:
+    """The ASGI scope of the request (or WebSocket session) a receive target's call serves, if any."""
+    return _scope_and_application(flight)[0]
+
+
 class ReceiveRole(Role):
     """A request boundary: an empty context, with the request's trace context and baggage in it."""
 
@@ -130,14 +148,8 @@ class ReceiveRole(Role):
         if not hops.propagation and not quiet:
             return _EMPTY
         try:
-            instance, args, kwargs = flight.instance, flight.args, flight.kwargs
-            first = args[0] if args else kwargs.get("app", kwargs.get("scope"))
-            scope: Any
-            if type(first) is dict:  # an ASGI application called (scope, receive, send)
-                scope, app = first, instance
-            else:  # a request cycle's method called with the application
-                scope, app = getattr(instance, "scope", None), first
-            if type(scope) is not dict:
+            scope, app = _scope_and_application(flight)
+            if scope is None:
                 return _EMPTY
             if _RECEIVED in scope:
                 return None  # a boundary inside the request's first one: it runs in the context it is given
