@@ -64,3 +64,58 @@ def test_import_and_instrument_with_the_default_presets_load_nothing_off_the_pat
     assert result["instrumented"] is True
     assert "gym_instrument.frameworks.nemo_gym.preset" in result["added"]  # the default presets were armed
     assert loaded_off_the_path(result["added"]) == []
+
+
+DECORATED = """
+import json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+before = set(sys.modules)
+import gym_instrument
+
+
+@gym_instrument.dispatch
+def play(row):
+    return {"reward": 1.0}
+
+
+play({"task_id": "t0"})
+spans = [(span.name, dict(span.attributes)) for span in exporter.get_finished_spans()]
+print(json.dumps({"spans": spans, "added": sorted(set(sys.modules) - before)}))
+"""
+
+# What only instrument() uses: OpenTelemetry's instrumentor base (and its requirement parsing), the
+# configuration layer and the framework presets.
+INSTRUMENTING = (
+    "gym_instrument.instrumentor",
+    "gym_instrument.config",
+    "gym_instrument.frameworks",
+    "opentelemetry.instrumentation.instrumentor",
+    "packaging",
+)
+
+
+def test_a_script_that_only_decorates_never_loads_the_instrumentor() -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    process = subprocess.run([sys.executable, "-c", DECORATED], capture_output=True, text=True, env=environment, timeout=120)
+    assert process.returncode == 0, process.stderr
+    result = json.loads(process.stdout)
+    assert result["spans"] == [[semconv.SPAN_DISPATCH, {semconv.TASK_ID: "t0"}]]  # the decorator still traces
+    added = result["added"]
+    assert [name for name in added if name.split(".")[0] == "packaging" or name.startswith(INSTRUMENTING)] == []
+    assert loaded_off_the_path(added) == []
+
+
+def test_the_instrumentor_is_the_package_attribute_the_entry_point_names() -> None:
+    import gym_instrument
+    from gym_instrument.instrumentor import GymInstrumentor
+
+    assert gym_instrument.GymInstrumentor is GymInstrumentor
+    assert "GymInstrumentor" in dir(gym_instrument) and "GymInstrumentor" in gym_instrument.__all__
