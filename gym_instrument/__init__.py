@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gym_instrument import semconv
-from gym_instrument.instrumentor import GymInstrumentor
 from gym_instrument.plan.call import Call
 from gym_instrument.schema.base import GENERIC
 from gym_instrument.schema.extractors import at_start
@@ -24,6 +23,8 @@ from gym_instrument.target.target import Target
 from gym_instrument.version import __version__
 
 if TYPE_CHECKING:
+    from gym_instrument.instrumentor import GymInstrumentor
+
     dispatch: RoleDecorator
     verify: RoleDecorator
     health: RoleDecorator
@@ -32,7 +33,16 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     """``gym_instrument.<role>``: the decorator of a role of the table, made when it is asked for
     (a role added to the table later has one too). A decorated function is the user's own code: it
-    reads the common field names (the generic schema) unless the decorator is given ``schema=``."""
+    reads the common field names (the generic schema) unless the decorator is given ``schema=``.
+
+    ``gym_instrument.GymInstrumentor`` is imported when it is asked for (the launcher's entry point
+    asks): a process that only decorates, or runs a ``gym-instrument`` command, never instruments and
+    need not import OpenTelemetry's instrumentor base and the configuration layer."""
+    if name == "GymInstrumentor":
+        from gym_instrument.instrumentor import GymInstrumentor
+
+        globals()[name] = GymInstrumentor  # asked once: a plain attribute from then on
+        return GymInstrumentor
     found = decorator(name, GENERIC)
     if found is None:
         raise AttributeError(f"module 'gym_instrument' has no attribute {name!r}")
@@ -40,7 +50,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *decorated_roles()})
+    return sorted({*globals(), "GymInstrumentor", *decorated_roles()})
 
 
 __all__ = ["Call", "GymInstrumentor", "RoleDecorator", "Target", "__version__", "at_start", "semconv"]

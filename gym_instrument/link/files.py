@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import atexit
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -161,6 +160,8 @@ def file_name_of(output: str | None) -> str:
     raw = name.encode("utf-8", "surrogateescape")
     if len(raw) <= _NAME_BYTES:
         return name
+    import hashlib  # only an output name too long for a file name needs it: not at every start
+
     return raw[: _NAME_BYTES - 33].decode("utf-8", "ignore") + "~" + hashlib.sha256(raw).hexdigest()[:32]
 
 

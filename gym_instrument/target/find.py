@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-import pkgutil
 import sys
 from typing import Any
 
@@ -12,6 +10,8 @@ from gym_instrument.target.target import Target
 
 def nearest(name: str, candidates: Any) -> str:
     """``"; did you mean 'X'?"`` for the candidate closest to a misspelled ``name``, else ``""``."""
+    import difflib  # only a wrong name's message needs it: not imported at every process's start
+
     try:
         found = difflib.get_close_matches(name, [c for c in candidates if isinstance(c, str) and not c.startswith("__")], 1, 0.7)
     except Exception:
@@ -29,6 +29,8 @@ def missing_attribute(owner: Any, name: str, where: str) -> str:
 
 
 def _module_names(locations: list[str] | None) -> list[str]:
+    import pkgutil  # as difflib: only for a missing module's message
+
     try:
         return [module.name for module in pkgutil.iter_modules(locations)]
     except Exception:
