@@ -58,7 +58,9 @@ def verdict_spans(
     start_span, span_name, kind, made = tracer.start_span, semconv.SPAN_HEALTH, trace.SpanKind.INTERNAL, spanned.append
     rollout_id_key, verdict_key = semconv.ROLLOUT_ID, semconv.HEALTH_VERDICT
     # The verdicts ``links`` found, then those the persisted links find (asked once the first spans are made).
-    for at, link in chain(enumerate(found), _asked(names, found, more_links)):
+    pairs = chain(enumerate(found), _asked(names, found, more_links))
+    del found  # (let go before the persisted links are asked: see _asked)
+    for at, link in pairs:
         if link is None:  # (never traced here, or evicted: no orphan root span)
             continue
         attributes = facts[at][1] if defaults else {}
@@ -84,6 +86,7 @@ def _asked(
     if more_links is None:
         return
     asked = _not_found_yet(names, found)
+    del found  # (the links of a whole pass, not held while the files are read)
     if asked:
         yield from zip(asked, more_links([names[at] for at in asked]), strict=True)
 
