@@ -54,6 +54,7 @@ _SMALL_TASK, _SMALL_ROLLOUT = 1 << 40, 1 << 16
 # side, so that a lookup reads one place of memory, not three.
 _RECORD = struct.Struct(">16sQB")
 _READ, _RECORD_SIZE = _RECORD.unpack_from, _RECORD.size
+_FROM_BYTES = int.from_bytes
 
 _BATCH_BITS = 9
 _OFFSET_MASK = (1 << _BATCH_BITS) - 1
@@ -214,7 +215,7 @@ class _Batch:
     def link(self, offset: int, rollout_id: str | None) -> DispatchLink:
         """One entry's link, named ``rollout_id``."""
         trace_id, span_id, flags = _READ(self.records, offset * _RECORD_SIZE)
-        found = span_context(int.from_bytes(trace_id, "big"), span_id, bool(flags & 1))
+        found = span_context(_FROM_BYTES(trace_id, "big"), span_id, flags & 1 == 1)
         return tuple.__new__(DispatchLink, (found, rollout_id))  # (our own NamedTuple, built directly)
 
 
@@ -494,7 +495,7 @@ class DispatchLinks:
         if batch is None:
             return None if locked else self._lookup((name,), consume)[0]
         offset = sequence & _OFFSET_MASK  # type: ignore[operator]  # (a batch was found for it)
-        attempt = batch.attempt(offset)
+        attempt = 0 if batch.plain else batch.attempt(offset)  # (a plain batch holds no attempt: told without a call)
         if attempt_wanted is not None and attempt_wanted != attempt and attempt != _ATTEMPT_MAX:
             # An attempt-qualified id names an attempt a retry has replaced.
             return None if locked else self._lookup((name,), consume)[0]

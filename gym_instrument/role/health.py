@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
+from itertools import chain
 from typing import Any
 
 from opentelemetry import context, trace
@@ -53,33 +54,41 @@ def verdict_spans(
     facts = schema.verdict_facts(verdicts)
     names = [name for name, _ in facts]
     found = links.take_many(names)
-
-    def span(at: int, link: DispatchLink) -> None:
-        verdict, (_, own) = verdicts[at], facts[at]
-        attributes = own if defaults else {}
+    # (looked up once per pass, not once per verdict)
+    start_span, span_name, kind, made = tracer.start_span, semconv.SPAN_HEALTH, trace.SpanKind.INTERNAL, spanned.append
+    rollout_id_key, verdict_key = semconv.ROLLOUT_ID, semconv.HEALTH_VERDICT
+    # The verdicts ``links`` found, then those the persisted links find (asked once the first spans are made).
+    pairs = chain(enumerate(found), _asked(names, found, more_links))
+    del found  # (let go before the persisted links are asked: see _asked)
+    for at, link in pairs:
+        if link is None:  # (never traced here, or evicted: no orphan root span)
+            continue
+        attributes = facts[at][1] if defaults else {}
         if each is not None:
-            each(verdict, attributes)
-        if link[1] is not None:  # (None: a dispatch named by its task id and repeat alone had no rollout id)
-            attributes[semconv.ROLLOUT_ID] = link[1]
-        tracer.start_span(
-            semconv.SPAN_HEALTH,
+            each(verdicts[at], attributes)
+        rollout_id = link[1]
+        if rollout_id is not None:  # (None: a dispatch named by its task id and repeat alone had no rollout id)
+            attributes[rollout_id_key] = rollout_id
+        start_span(
+            span_name,
             context=parent_of(NonRecordingSpan(link[0])),
-            kind=trace.SpanKind.INTERNAL,
+            kind=kind,
             attributes=attributes,
             start_time=start_time,
         ).end(start_time)
-        spanned.append(attributes.get(semconv.HEALTH_VERDICT))
+        made(attributes.get(verdict_key))
 
-    for at, link in enumerate(found):
-        if link is not None:  # (None: never traced here, or evicted: no orphan root span)
-            span(at, link)
-    if more_links is not None:
-        asked = _not_found_yet(names, found)
-        del found
-        if asked:
-            for at, link in zip(asked, more_links([names[at] for at in asked]), strict=True):
-                if link is not None:
-                    span(at, link)
+
+def _asked(
+    names: list[VerdictName], found: list[DispatchLink | None], more_links: _MoreLinks | None
+) -> Iterator[tuple[int, DispatchLink | None]]:
+    """The verdicts ``links`` found nothing for (:func:`_not_found_yet`), each with what ``more_links`` finds."""
+    if more_links is None:
+        return
+    asked = _not_found_yet(names, found)
+    del found  # (the links of a whole pass, not held while the files are read)
+    if asked:
+        yield from zip(asked, more_links([names[at] for at in asked]), strict=True)
 
 
 _MoreLinks = Callable[[list[VerdictName]], Iterable[DispatchLink | None]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from gym_instrument.record.attributes import INT64_MAX as _INT64_MAX
 from gym_instrument.record.attributes import utf8_safe
@@ -46,8 +46,8 @@ def field(obj: Any, name: str) -> Any:
         if obj is MISSING or obj is None:  # a field of an absent field (a path read step by step)
             return MISSING
         try:
-            known = _MODEL_FIELDS.get(kind, _UNKNOWN)
-            names = _model_fields(kind) if known is _UNKNOWN else cast("frozenset[str] | None", known)
+            known: Any = _MODEL_FIELDS.get(kind, _UNKNOWN)  # (typed Any, not cast(): a call per field read)
+            names = _model_fields(kind) if known is _UNKNOWN else known
         except Exception:  # a class that cannot be a dict key (a hostile metaclass): the general path
             names = None
         if names is not None:
@@ -124,8 +124,8 @@ def holds_any(obj: Any, names: frozenset[str]) -> bool:
     if obj is MISSING:
         return False
     try:
-        known = _MODEL_FIELDS.get(kind, _UNKNOWN)
-        fields = _model_fields(kind) if known is _UNKNOWN else cast("frozenset[str] | None", known)
+        known: Any = _MODEL_FIELDS.get(kind, _UNKNOWN)
+        fields = _model_fields(kind) if known is _UNKNOWN else known
         if fields is not None:
             for name in names:
                 if name in fields and getattr(obj, name, None) is not None:  # (an optional field left None is none)
@@ -261,5 +261,5 @@ def rollout_id_string(value: Any) -> str | None:
 
 def model_field_names(kind: type) -> frozenset[str] | None:
     """A pydantic model class's field and computed field names, or None for any other class (cached per class)."""
-    known = _MODEL_FIELDS.get(kind, _UNKNOWN)
-    return _model_fields(kind) if known is _UNKNOWN else cast("frozenset[str] | None", known)
+    known: Any = _MODEL_FIELDS.get(kind, _UNKNOWN)
+    return _model_fields(kind) if known is _UNKNOWN else known
