@@ -1469,7 +1469,7 @@ def case_after(sizes: Sizes) -> list[Row]:
         Row(
             "after",
             f"{count:,} ended dispatches in the memory: finding one's span context and making it the parent, "
-            "for a verify called after it (`find_dispatch`, one lookup per call)",
+            "for a verify called after it (`dispatch_parent`, one lookup per call)",
             f"verify: {_fmt(statistics.median(finding_verify))} us",
             f"a health pass (`take_many` of its verdicts, a parent each): {_fmt(statistics.median(finding_health))} us",
             "ratio",
@@ -1511,7 +1511,7 @@ def case_after(sizes: Sizes) -> list[Row]:
 
 
 class _Finder:
-    """What ``role.verify.find_dispatch`` reads of a call (``LinkedCall``): the memory, no persisted links."""
+    """What ``role.verify.dispatch_parent`` reads of a call (``LinkedCall``): the memory, no persisted links."""
 
     def __init__(self, links: DispatchLinks) -> None:
         self.links = links
@@ -1521,12 +1521,13 @@ class _Finder:
 def _finding(sizes: Sizes) -> tuple[list[float], list[float]]:
     """Per ended dispatch, in us: found by a verify after it (one name per call, as
     ``VerifyAfterRole.open_span`` does), and by a health pass (all its verdicts' names at once, as
-    ``verdict_spans`` does), each made the parent of a span in the current context (as each does)."""
+    ``verdict_spans`` does), each made the parent of a span in the current context and its rollout
+    id put in that span's attributes (as each does)."""
     from opentelemetry import context as otel_context
     from opentelemetry.trace import NonRecordingSpan
 
-    from gym_instrument.compat import parents_in, span_context, with_span
-    from gym_instrument.role.verify import find_dispatch
+    from gym_instrument.compat import parents_in, span_context
+    from gym_instrument.role.verify import dispatch_parent
 
     count = sizes.verdicts
 
@@ -1547,25 +1548,28 @@ def _finding(sizes: Sizes) -> tuple[list[float], list[float]]:
         links, names = prepared[0]
         finder, current = _Finder(links), otel_context.get_current()
         parents = []
+        attributes: dict[str, Any] = {}  # (the call's start attributes: the dispatch's rollout id goes there)
 
         def run() -> None:
             for name in names:
-                link = find_dispatch(finder, name, current)  # type: ignore[arg-type]
-                parents.append(with_span(current, NonRecordingSpan(link.span_context)))  # type: ignore[union-attr]
+                parents.append(dispatch_parent(finder, name, current, attributes))  # type: ignore[arg-type]
 
         elapsed = seconds(run)
-        if len(parents) != count:
+        if len(parents) != count or None in parents:
             raise AssertionError("after: a verify found no dispatch")
         return elapsed / count * 1e6
 
     def health_side(prepared: tuple[Any, Any]) -> float:
         links, names = prepared[1]
         parents = []
+        attributes: dict[str, Any] = {}  # (each verdict span's attributes: the dispatch's rollout id goes there)
 
         def run() -> None:
             parent_of = parents_in(otel_context.get_current())
             for link in links.take_many(names):
-                parents.append(parent_of(NonRecordingSpan(link.span_context)))  # type: ignore[union-attr]
+                if link[1] is not None:  # type: ignore[index]  # (as verdict_spans names its span's rollout)
+                    attributes[semconv.ROLLOUT_ID] = link[1]  # type: ignore[index]
+                parents.append(parent_of(NonRecordingSpan(link[0])))  # type: ignore[index]
 
         elapsed = seconds(run)
         if len(parents) != count:

@@ -114,7 +114,7 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
   in a second pass).
 - **after.** Rollouts generated first (`send_row`, NeMo Gym's rows), then scored. Finding an ended
   dispatch: a memory of that many ended dispatches, indexed, each found once by the code a verify
-  after its dispatch runs per call (`role.verify.find_dispatch`, the span context made the parent
+  after its dispatch runs per call (`role.verify.dispatch_parent`, the span context made the parent
   of the current context) against a health pass's (`take_many` of every name, a parent each).
   Then whole spans per rollout, side by side on fresh dispatches of their own: a reward function
   scoring the batch in one call (`batch`, per item), a verify called once per rollout whose start
@@ -304,12 +304,13 @@ def unmet(rows: list[Row]) -> str:
         elif row.case == "after":
             verify_us, health_us = us(row.instrumented), us(row.baseline)
             paragraphs.append(
-                f"- **after**: {verify_us:.2f} us against {health_us:.2f} us per dispatch found. Both look their "
-                "names up in the same memory by the same code (`DispatchLinks.find_many` / `take_many`); a health "
-                "pass does it once for all its verdicts, a verify called after its dispatch once per call: each call "
-                "takes the memory's lock, builds its one-name list and its result, and makes its parent context "
-                "alone (`set_span_in_context`) where a pass copies the context once. A verify that scores a batch "
-                "(`batch`) looks its items up at once, as a health pass does (its whole span per item is the next row)."
+                f"- **after**: {verify_us:.2f} us against {health_us:.2f} us per dispatch found. Both find each "
+                "name by the same code (`DispatchLinks.find`): a verify once per call, without the lock once every "
+                "dispatch is indexed; a health pass for all its verdicts under one lock, forgetting each it finds. "
+                "What a verify pays more per call: its own call (`dispatch_parent`), the check that everything is "
+                "indexed, and a copy of the current context for each parent, where a pass copies it once "
+                "(`parents_in`). A verify that scores a batch (`batch`) looks its items up at once, as a health "
+                "pass does (its whole span per item is the next row)."
             )
         else:
             paragraphs.append(f"- **{row.case}**: {row.median:.3f} against {row.goal}.")

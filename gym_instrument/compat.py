@@ -124,6 +124,9 @@ def _provider_attribute() -> str | None:
 SUPPRESSION_KEYS = _suppression_keys() if PROBES_ON else None
 # (span key, baggage key): a call's context is then built as one dict, in one step.
 CONTEXT_KEYS = _context_keys() if PROBES_ON else None
+# The span key alone: a context with one span set is then a copy of the current one and that key
+# (None: ``trace.set_span_in_context``).
+SPAN_KEY = CONTEXT_KEYS[0] if CONTEXT_KEYS is not None else None
 # A SpanContext can be read and built by position (no property calls, no re-validation).
 SPAN_CONTEXT_IS_TUPLE = _span_context_is_tuple() if PROBES_ON else False
 # The runtime context's variable: the current context read and set in one step each.
@@ -182,17 +185,6 @@ def with_values(current: Context, span: Span | None, baggage_entry: tuple[str, s
         merged[keys[1]] = entries
     merged[key] = value
     return Context(merged)
-
-
-def with_span(current: Context, span: Span) -> Context:
-    """``current`` with ``span`` as its span (``trace.set_span_in_context``, one copy of the context
-    instead of two: a verify after its dispatch makes it the parent of its span, a call at a time)."""
-    keys = CONTEXT_KEYS
-    if keys is None:
-        return trace.set_span_in_context(span, current)
-    values = current.copy()  # (a plain dict: a Context does not change in place)
-    values[keys[0]] = span
-    return Context(values)
 
 
 def parents_in(current: Context) -> Callable[[Span], Context]:

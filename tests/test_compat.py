@@ -23,6 +23,7 @@ SEMANTIC_SUITES = [
     "tests/test_targets.py",
     "tests/test_framework_seams.py",
     "tests/test_job.py",
+    "tests/test_score_after.py",
     "tests/reliability/test_property.py",
 ]
 

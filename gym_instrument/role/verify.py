@@ -6,7 +6,7 @@ join verifies called after their dispatch ended (generate every rollout, then sc
 :class:`VerifyAfterRole`, a target whose start rules name the rollout (a rollout id, or a task and
 a repeat), and :class:`BatchVerifyRole`, a target whose ``batch`` says how one call scores many
 rollouts. Each makes its span a child of the ended dispatch span, found the way a health verdict
-finds it (:func:`find_dispatch`), but kept for the next verify and for the health pass.
+finds it (:func:`dispatch_parent`), but kept for the next verify and for the health pass.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span
 
 from gym_instrument import semconv
-from gym_instrument.compat import parents_in, with_span
+from gym_instrument.compat import SPAN_KEY, parents_in
 from gym_instrument.link.files import RUN_OUTPUT_KEY
 from gym_instrument.link.identity import RolloutIdentity
-from gym_instrument.link.memory import DispatchLink
+from gym_instrument.link.memory import RolloutName
 from gym_instrument.record.job import JobContext
 from gym_instrument.record.spans import end_span
 from gym_instrument.role.base import CallInFlight, LinkedCall, Role, RoleCall, rollout_id_in
@@ -111,11 +111,8 @@ class VerifyAfterRole(VerifyRole):
         if rollout_id_in(current) is None:  # (within its dispatch, or its propagated context: the usual verify)
             name = rollout_name(attributes)
             if names_a_rollout(name):
-                link = find_dispatch(cast("LinkedCall", call), name, current)
-                if link is not None:
-                    if link.rollout_id is not None:
-                        attributes[semconv.ROLLOUT_ID] = link.rollout_id
-                    parent = with_span(current, NonRecordingSpan(link.span_context))
+                parent = dispatch_parent(cast("LinkedCall", call), name, current, attributes)
+                if parent is not None:
                     return tracer.start_span(self.span_name, context=parent, kind=self.span_kind, attributes=attributes)
                 self.found_nowhere(call, name)
         return super().open_span(call, tracer, job, current, attributes)
@@ -132,15 +129,32 @@ class VerifyAfterRole(VerifyRole):
         )
 
 
-def find_dispatch(call: LinkedCall, name: tuple[Any, ...], current: Context) -> DispatchLink | None:
-    """The ended dispatch ``name`` names, kept for the next verify: remembered in this process, else
-    persisted by another (the links of the run in ``current``, else of the runs of no known output
-    in the folder a setting names)."""
+def dispatch_parent(call: LinkedCall, name: RolloutName, current: Context, attributes: dict[str, Any]) -> Context | None:
+    """``current`` with the ended dispatch span ``name`` names as its span: the parent of a verify
+    after that dispatch, whose rollout id goes into ``attributes`` (None: found nowhere). Found as a
+    health verdict finds it (the same lookup, :meth:`DispatchLinks.find`), but kept for the next
+    verify: remembered in this process, else persisted by another (the links of the run in
+    ``current``, else of the runs of no known output in the folder a setting names).
+
+    Once per call: the parent is made here, not by a helper (one function call less per verify,
+    what a health pass saves by making its parents with one maker for all its verdicts)."""
     link = call.links.find(name)
-    if link is None and (files := call.link_files) is not None:
+    if link is None:
+        files = call.link_files
+        if files is None:
+            return None
         output = current.get(RUN_OUTPUT_KEY)
         link = files.find(output if isinstance(output, str) else None, (name,))[0]
-    return link
+        if link is None:
+            return None
+    span_context, rollout_id = link
+    if rollout_id is not None:
+        attributes[semconv.ROLLOUT_ID] = rollout_id
+    if SPAN_KEY is None:
+        return trace.set_span_in_context(NonRecordingSpan(span_context), current)
+    values = current.copy()  # (a plain dict: a Context does not change in place)
+    values[SPAN_KEY] = NonRecordingSpan(span_context)
+    return Context(values)
 
 
 class BatchVerifyRole(Role):
