@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from gym_harness import processes
 from gym_harness.bench import hand, running, workload
@@ -113,3 +114,48 @@ def test_hand_s_variable_reaches_only_its_launched_processes() -> None:
 
 def test_a_run_s_sizes_alternate_which_goes_first() -> None:
     assert [running.size_order([200, 800], number) for number in (1, 2, 3)] == [(200, 800), (800, 200), (200, 800)]
+
+
+def test_a_configuration_whose_port_was_taken_is_started_again_in_a_folder_of_its_own(tmp_path: Path, monkeypatch: Any) -> None:
+    # The rule alone (starting real servers is make bench-e2e's): a port taken is retried, with the
+    # first attempt's processes stopped; any other failure is the run's at once.
+    stopped: list[str] = []
+
+    class Started:
+        def __init__(self, marker: str) -> None:
+            self.marker = marker
+            self.processes = self
+
+        def stop_all(self, marker: str) -> list[int]:
+            stopped.append(marker)
+            return []
+
+    folders: list[Path] = []
+
+    def start(name: str, work: Path, *rest: Any) -> Any:
+        started = rest[4]
+        folders.append(work)
+        work.mkdir(parents=True)
+        started[name] = Started(f"m{len(folders)}")
+        if len(folders) == 1:
+            (work / "gym_env_start.log").write_text("ERROR: [Errno 98] error while attempting to bind: address already in use\n")
+            raise processes.E2EFailure("gym env start exited with code 1")
+        return started[name]
+
+    monkeypatch.setattr(running, "start_configuration", start)
+    configs: dict[str, Any] = {}
+    config = running.start_retrying("gym", tmp_path / "gym", Path("python"), None, tmp_path, None, configs)
+    assert configs == {"gym": config} and config.marker == "m2"
+    assert stopped == ["m1"] and folders == [tmp_path / "gym", tmp_path / "gym-start-2"]
+
+    def fails(name: str, work: Path, *rest: Any) -> Any:
+        rest[4][name] = Started("other")
+        raise processes.E2EFailure("gym env start exited with code 1: something else")
+
+    monkeypatch.setattr(running, "start_configuration", fails)
+    try:
+        running.start_retrying("gym", tmp_path / "other", Path("python"), None, tmp_path, None, {})
+    except processes.E2EFailure as failure:
+        assert "something else" in str(failure)
+    else:
+        raise AssertionError("a failure other than a taken port was retried")

@@ -253,6 +253,41 @@ def start_configuration(
     return config
 
 
+# How often a configuration is started when one of its servers found its port taken.
+START_ATTEMPTS = 3
+PORT_TAKEN = "address already in use"
+
+
+def start_retrying(
+    name: str,
+    work: Path,
+    venv_python: Path,
+    scratch: Any,
+    tasks_path: Path,
+    profile_dir: Path | None,
+    started: dict[str, Configuration],
+    variant: str | None = None,
+) -> Configuration:
+    """:func:`start_configuration`, started again (its processes stopped, a work folder of its own) when
+    a server of it found its port taken: NeMo Gym picks a free port, then binds it later, and meanwhile
+    another configuration's Ray worker can bind it (they take ports in the same range). Any other
+    failure is the run's."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        folder = work if attempt == 1 else work.with_name(f"{work.name}-start-{attempt}")
+        try:
+            return start_configuration(name, folder, venv_python, scratch, tasks_path, profile_dir, started, variant)
+        except E2EFailure as failure:
+            env_log = folder / "gym_env_start.log"
+            said = str(failure) + (env_log.read_text(errors="replace") if env_log.exists() else "")
+            config = started.get(name)
+            if attempt == START_ATTEMPTS or PORT_TAKEN not in said or config is None:
+                raise
+            del started[name]
+            config.processes.stop_all(config.marker)
+            log(f"{name}: a server's port was taken before it bound it ({PORT_TAKEN}); starting {name} again")
+    raise AssertionError("unreachable")  # (the last attempt returns or raises)
+
+
 @dataclass(frozen=True)
 class Shared:
     """What every collection of a block of rounds shares: the tasks, the workload, and the run markers of
@@ -594,7 +629,7 @@ def run(options: argparse.Namespace, commit: str) -> Finished | None:
             try:
                 for name in names:
                     work = WORK / name if workload.blocks == 1 else WORK / f"block-{block}" / name
-                    start_configuration(name, work, venv_python, scratch, tasks_path, profile_dir, configs, workload.variant)
+                    start_retrying(name, work, venv_python, scratch, tasks_path, profile_dir, configs, workload.variant)
                 markers = frozenset(config.marker for config in configs.values())
                 shared = {size: Shared(path, sized_workload, markers) for size, (path, sized_workload) in sized.items()}
                 largest = max(shared)
