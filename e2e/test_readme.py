@@ -284,6 +284,11 @@ def test_the_nemo_gym_page_states_the_cost_results_md_measured() -> None:
     page = " ".join((REPO / "docs" / "nemo-gym.md").read_text().split())
     assert f"used {added} ms more CPU per rollout than the untraced run's {none} ms" in page
     assert f"launcher adds {launcher} ms of CPU to a start and this package {ours} ms" in page
+    sizes = results[results.index("<!-- whole_run_sizes:") : results.index("<!-- /whole_run_sizes -->")]
+    fixed, per_rollout, started = re.search(
+        r"adds about (\d+) ms \+ N x ([\d.]+) ms of CPU to an untraced run .*? adds (\d+) ms more", sizes
+    ).groups()
+    assert f"about {fixed} ms + N x {per_rollout} ms of CPU more than an untraced one, and {started} ms more" in page
 
 
 def test_the_nemo_gym_install_block_pins_what_make_e2e_installs() -> None:
