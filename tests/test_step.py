@@ -425,3 +425,26 @@ def test_compare_shows_each_step_of_both_runs(make_module: Any, instrument: Any,
     head = lines.index("per training step, A -> B (3 steps):")
     assert lines[head + 5].split()[:6] == ["2", "-", "->", "4", "-", "->"]
     assert 'id="compare-steps"' in (tmp_path / "compare.html").read_text()
+
+
+def test_a_long_run_shows_evenly_spaced_steps_and_says_so(
+    make_module: Any, instrument: Any, telemetry: Any, tmp_path: Path
+) -> None:
+    from tests.test_report_differential import run_main
+
+    spans = trained(make_module, instrument, telemetry, 40, tmp_path / "spans.jsonl")
+    code, printed = run_main(["report", str(spans), "--no-html", "--max-infra-failures", "50%"])
+    assert code == 0
+    lines = printed.splitlines()
+    head = lines.index(
+        "per training step (nemo.gym.train.step of each rollout's dispatch; 40 steps, 30 evenly spaced shown, "
+        "all of them in the HTML page and in --format json):"
+    )
+    rows = [line.split()[0] for line in lines[head + 3 : head + 33]]
+    assert len(set(rows)) == 30 and rows[0] == "0" and rows[-1] == "39"  # the first and the last among them
+    code, printed = run_main(["compare", str(spans), str(spans), "--max-infra-failures", "50%"])
+    assert code == 0
+    assert (
+        "per training step, A -> B (40 steps, 30 evenly spaced shown, all of them in the HTML page and in --format json):"
+        in printed.splitlines()
+    )
