@@ -22,7 +22,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_instrument.tools.report.text import kinds_text, milliseconds, number, percent, plural, render_table, shown_steps
+from gym_instrument.tools.report.text import (
+    kinds_text,
+    milliseconds,
+    number,
+    percent,
+    plural,
+    render_table,
+    shown_steps,
+    steps_head,
+)
 
 EPSILON = 1e-9
 # What "worse" means, in order: a lower mean reward, then a lower success rate, then more unhealthy, then more
@@ -429,13 +438,7 @@ def step_comparison_lines(steps: list[dict[str, Any]] | None) -> list[str]:
     if not steps:
         return []
     shown = shown_steps(steps)
-    counted = sum(step["step"] is not None for step in steps)
-    head = f"per training step, A -> B ({plural(counted, 'step')}"
-    head += (
-        f", {len(shown)} evenly spaced shown, all of them in the HTML page and in --format json):"
-        if len(shown) < len(steps)
-        else "):"
-    )
+    head = steps_head("per training step, A -> B (", steps, shown)
     rows = [
         [
             "(no step)" if step["step"] is None else step["step"],

@@ -339,6 +339,15 @@ def shown_steps(steps: Sequence[dict[str, Any]], rows: int = STEP_ROWS) -> list[
     return numbered + [step for step in steps if step["step"] is None]
 
 
+def steps_head(opening: str, steps: Sequence[dict[str, Any]], shown: Sequence[dict[str, Any]]) -> str:
+    """A per-step table's head: ``opening``, how many steps, and how many of them are shown."""
+    counted = sum(step["step"] is not None for step in steps)
+    head = f"{opening}{plural(counted, 'step')}"
+    if len(shown) < len(steps):
+        return head + f", {len(shown)} evenly spaced shown, all of them in the HTML page and in --format json):"
+    return head + "):"
+
+
 def policy_text(step: dict[str, Any]) -> str:
     """A step's policy version(s): one name, several, or ``-``."""
     versions = ", ".join(step["policy_versions"]) or "-"
@@ -369,13 +378,7 @@ def step_lines(steps: Sequence[dict[str, Any]] | None) -> list[str]:
     if not steps:
         return []
     shown = shown_steps(steps)
-    counted = sum(step["step"] is not None for step in steps)
-    head = f"per training step (nemo.gym.train.step of each rollout's dispatch; {plural(counted, 'step')}"
-    head += (
-        f", {len(shown)} evenly spaced shown, all of them in the HTML page and in --format json):"
-        if len(shown) < len(steps)
-        else "):"
-    )
+    head = steps_head("per training step (nemo.gym.train.step of each rollout's dispatch; ", steps, shown)
     return ["", head, render_table(STEP_HEADER, step_rows(shown))]
 
 
