@@ -16,6 +16,7 @@ import operator
 import os
 from collections.abc import Callable
 from contextvars import ContextVar
+from functools import partial
 from typing import Any
 
 from opentelemetry import baggage, context, trace
@@ -202,10 +203,11 @@ def parents_in(current: Context) -> Callable[[Span], Context]:
     return parent
 
 
-def span_context(trace_id: int, span_id: int, sampled: bool) -> SpanContext:
-    """A valid, local span context of ids this process made itself."""
-    if SPAN_CONTEXT_IS_TUPLE and trace_id and span_id:
-        return tuple.__new__(SpanContext, (trace_id, span_id, False, _TRACE_FLAGS[sampled], DEFAULT_TRACE_STATE, True))
+def span_context(trace_id: int, span_id: int, sampled: bool | int) -> SpanContext:
+    """A valid, local span context of ids this process made itself (``sampled``: a bool, or the
+    trace flags' sampled bit)."""
+    if trace_id and span_id and _NEW_SPAN_CONTEXT is not None:
+        return _NEW_SPAN_CONTEXT((trace_id, span_id, False, _TRACE_FLAGS[sampled], DEFAULT_TRACE_STATE, True))
     return SpanContext(trace_id=trace_id, span_id=span_id, is_remote=False, trace_flags=_TRACE_FLAGS[sampled])
 
 
@@ -221,3 +223,7 @@ else:
 
 
 _TRACE_FLAGS = (TraceFlags(0), TraceFlags(1))
+# A SpanContext built by position, at C speed (None: through its constructor).
+_NEW_SPAN_CONTEXT: Callable[[tuple[Any, ...]], SpanContext] | None = (
+    partial(tuple.__new__, SpanContext) if SPAN_CONTEXT_IS_TUPLE else None
+)

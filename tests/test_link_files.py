@@ -217,7 +217,7 @@ def test_the_latest_writer_wins_and_each_dispatch_is_found_once(tmp_path: Path) 
     later.close()
     reader = LinkFiles(None)
     (link,) = reader.lookup([output], [("0-0", 0, 0)])  # (a new pass: the files are read again)
-    assert link is not None and link.span_context.trace_id == 2 and link.rollout_id == "0-0-a1"
+    assert link is not None and link[0].trace_id == 2 and link[1] == "0-0-a1"
     assert list(reader.lookup([output], [("0-0", 0, 0), ("0-0", 0, 0)]))[1] is None  # once per pass
 
 
@@ -355,7 +355,7 @@ def test_dispatches_of_an_unknown_output_are_persisted_only_in_a_named_folder(tm
     named.persist(span_context(2, 2, True), RolloutIdentity(None, 0, 0, None, None), None)
     named.close()
     (link,) = LinkFiles(str(tmp_path / "links")).lookup([str(tmp_path / "any" / "rollouts.jsonl")], [(None, 0, 0)])
-    assert link is not None and link.span_context.span_id == 2
+    assert link is not None and link[0].span_id == 2
 
 
 def test_a_long_read_reports_its_progress(tmp_path: Path, caplog: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -454,7 +454,7 @@ def test_a_file_of_root_s_is_read_in_a_private_folder_but_not_in_one_its_group_c
     os.chown(folder, 12345, 12345)
     monkeypatch.setattr(os, "geteuid", lambda: 12345)  # a health pass of user 12345, whose folder it is
     (link,) = LinkFiles(None).lookup([str(output)], [(None, 0, 0)])
-    assert link is not None and link.span_context.trace_id == 1  # root's file: only root could put it there
+    assert link is not None and link[0].trace_id == 1  # root's file: only root could put it there
     folder.chmod(0o770)
     assert list(LinkFiles(None).lookup([str(output)], [(None, 0, 0)])) == [None]  # the group could have linked it
 
@@ -496,7 +496,7 @@ def test_a_header_claiming_a_future_start_does_not_make_its_entries_win(tmp_path
     past = time.time() - 3600
     os.utime(forged, (past, past))  # written an hour before the genuine file, whatever its header says
     (link, _) = LinkFiles(None).lookup([str(output)], [(None, 0, 0), (None, 0, 1)])
-    assert link is not None and link.span_context.trace_id == 1
+    assert link is not None and link[0].trace_id == 1
 
 
 def test_a_fifo_or_a_symlink_named_like_a_links_file_is_skipped_without_waiting(tmp_path: Path, caplog: Any) -> None:
@@ -531,7 +531,7 @@ def test_a_fifo_or_a_symlink_named_like_a_links_file_is_skipped_without_waiting(
     done.set()
     thread.join()
     assert not waited.is_set()
-    assert link is not None and link.span_context.trace_id == 1
+    assert link is not None and link[0].trace_id == 1
     assert f"{fifo} is not a regular file; skipped" in caplog.text and "is empty" not in caplog.text
     assert f"{folder / f'{output.name}.link{SUFFIX}'} is a symbolic link; skipped" in caplog.text
 

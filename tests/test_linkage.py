@@ -290,9 +290,9 @@ def test_links_find_every_dispatch_across_batches_keys_and_retries() -> None:
     for (task, rollout), (trace_id, span_id, sampled) in expected.items():
         link = links.take(f"{task}-{rollout}", task, rollout)
         assert link is not None
-        assert (link.span_context.trace_id, link.span_context.span_id) == (trace_id, span_id)
-        assert int(link.span_context.trace_flags) == sampled and link.span_context.is_valid
-        assert link.rollout_id == f"{task}-{rollout}-a1"
+        assert (link[0].trace_id, link[0].span_id) == (trace_id, span_id)
+        assert int(link[0].trace_flags) == sampled and link[0].is_valid
+        assert link[1] == f"{task}-{rollout}-a1"
     assert len(links) == 0
 
 
@@ -402,6 +402,56 @@ def test_pydantic_digests_make_the_spans_plain_verdicts_make(pipeline: Any, tele
     assert len(as_models[0]) == 4  # "elsewhere-9" and the "x" index name no traced dispatch
 
 
+def test_a_digest_read_directly_gets_the_checks_of_findings_that_are_not_its_models(pipeline: Any, telemetry: Any) -> None:
+    """A digest's findings are read as its Finding models (``.check``); findings of any other shape
+    (dicts in a digest built without validation) still give their sorted distinct checks, held to
+    the same rule as the same verdicts read field by field."""
+    import pydantic
+
+    class PydanticFinding(pydantic.BaseModel):
+        check: Any
+
+    class PydanticDigest(pydantic.BaseModel):
+        task_index: int
+        rollout_index: int
+        rollout_id: str
+        verdict: str
+        findings: list[Any]
+
+    dispatch_rows(pipeline, [{"_ng_task_index": 300, "_ng_rollout_index": rollout} for rollout in range(3)])
+    pipeline.run_health_checks(
+        [
+            PydanticDigest.model_construct(
+                task_index=300,
+                rollout_index=0,
+                rollout_id="300-0",
+                verdict="unhealthy",
+                findings=[{"check": "z"}, {"check": "a"}, {"check": "z"}],
+            ),
+            PydanticDigest(
+                task_index=300, rollout_index=1, rollout_id="300-1", verdict="unhealthy", findings=[PydanticFinding(check="b")]
+            ),
+            PydanticDigest(
+                task_index=300,
+                rollout_index=2,
+                rollout_id="300-2",
+                verdict="unhealthy",
+                findings=[
+                    PydanticFinding(check=7),
+                    PydanticFinding(check=""),
+                    PydanticFinding(check="é"),
+                    PydanticFinding(check="c"),
+                ],
+            ),
+        ]
+    )
+    checks = {
+        span.attributes[semconv.ROLLOUT_ID]: list(span.attributes[semconv.HEALTH_CHECKS])
+        for span in telemetry.spans(semconv.SPAN_HEALTH)
+    }
+    assert checks == {"300-0": ["a", "z"], "300-1": ["b"], "300-2": ["c", "é"]}  # (no string, no check: 7 and "")
+
+
 def test_an_empty_health_pass_takes_nothing_with_custom_ids_remembered() -> None:
     from opentelemetry.trace import SpanContext, TraceFlags
 
@@ -413,7 +463,7 @@ def test_an_empty_health_pass_takes_nothing_with_custom_ids_remembered() -> None
     assert links.take_many([]) == []
     assert len(links) == 1
     link = links.take("custom-3", None, None)
-    assert link is not None and link.rollout_id == "custom-3" and link.span_context.span_id == 2
+    assert link is not None and link[1] == "custom-3" and link[0].span_id == 2
 
 
 def _context(number: int) -> Any:
@@ -431,7 +481,7 @@ def test_a_retry_without_an_attempt_index_replaces_the_first_across_batches() ->
         links.remember(_context(number), RolloutIdentity(task_index=task, rollout_index=rollout))
     assert len(links) == len(rollouts)
     found = links.take_many([(None, task, rollout) for task, rollout in rollouts])
-    assert [link.span_context.span_id for link in found if link is not None] == [
+    assert [link[0].span_id for link in found if link is not None] == [
         len(rollouts) + number + 1 for number in range(len(rollouts))
     ]
     assert links.take_many([(None, task, rollout) for task, rollout in rollouts]) == [None] * len(rollouts)
@@ -453,10 +503,10 @@ def test_a_batch_that_gets_a_custom_id_keeps_finding_its_plain_dispatches() -> N
         links.take(None, 1, 0),
         links.take("4-0", 4, 0),
     )
-    assert alpha is not None and (alpha.rollout_id, alpha.span_context.span_id) == ("alpha", 3)
-    assert retried is not None and (retried.rollout_id, retried.span_context.span_id) == ("3-1-a2", 4)
-    assert plain_first is not None and (plain_first.rollout_id, plain_first.span_context.span_id) == ("1-0", 2)
-    assert plain_last is not None and plain_last.span_context.trace_id == 4 * 7919 + 1
+    assert alpha is not None and (alpha[1], alpha[0].span_id) == ("alpha", 3)
+    assert retried is not None and (retried[1], retried[0].span_id) == ("3-1-a2", 4)
+    assert plain_first is not None and (plain_first[1], plain_first[0].span_id) == ("1-0", 2)
+    assert plain_last is not None and plain_last[0].trace_id == 4 * 7919 + 1
     assert len(links) == 0
 
 
@@ -481,7 +531,7 @@ def test_letting_go_a_replaced_dispatch_keeps_its_retry() -> None:
         links.remember(_context(number), RolloutIdentity(task_index=0, rollout_index=rollout))
     assert (len(links), links.evictions) == (3, 0)  # the first 0-0 went, but nothing could find it any more
     retry = links.take(None, 0, 0)
-    assert retry is not None and retry.span_context.span_id == 2
+    assert retry is not None and retry[0].span_id == 2
 
 
 def test_a_lookup_that_keeps_finds_the_retry_that_ended_after_the_index_was_built() -> None:
@@ -493,20 +543,20 @@ def test_a_lookup_that_keeps_finds_the_retry_that_ended_after_the_index_was_buil
     links.remember(_context(1), RolloutIdentity(task_index=0, rollout_index=0))
     assert len(links) == 1  # indexed
     first = links.find((None, 0, 0))
-    assert first is not None and first.span_context.span_id == 2
+    assert first is not None and first[0].span_id == 2
     links.remember(_context(2), RolloutIdentity(task_index=0, rollout_index=0, attempt=1))  # pending
     retry = links.find((None, 0, 0))
-    assert retry is not None and (retry.span_context.span_id, retry.rollout_id) == (3, "0-0-a1")
+    assert retry is not None and (retry[0].span_id, retry[1]) == (3, "0-0-a1")
     links.remember(_context(3), RolloutIdentity(task_index=0, rollout_index=0, attempt=2))
     for number in range(DispatchLinks.BATCH - 1):  # sealed by these dispatches' own remembering, not indexed
         links.remember(_context(10 + number), RolloutIdentity(task_index=1 + number, rollout_index=0))
     assert not links._pending  # (the state this test is about: sealed, not yet indexed)
     second_retry = links.find((None, 0, 0))
-    assert second_retry is not None and (second_retry.span_context.span_id, second_retry.rollout_id) == (4, "0-0-a2")
+    assert second_retry is not None and (second_retry[0].span_id, second_retry[1]) == (4, "0-0-a2")
     again = links.find(("0-0", 0, 0))
-    assert again is not None and again.span_context.span_id == 4
+    assert again is not None and again[0].span_id == 4
     taken = links.take(None, 0, 0)
-    assert taken is not None and taken.span_context.span_id == 4
+    assert taken is not None and taken[0].span_id == 4
     assert links.find((None, 0, 0)) is None
 
 
@@ -540,7 +590,7 @@ def test_lookups_without_the_lock_find_every_dispatch_while_others_end_and_are_l
                 if link is None:
                     if links.evictions == evicted_before == 0:
                         missing.append(task)
-                elif (link.span_context.span_id, link.span_context.trace_id, link.rollout_id) != (
+                elif (link[0].span_id, link[0].trace_id, link[1]) != (
                     task + 1,
                     task * 7919 + 1,
                     f"{task}-0",
@@ -586,4 +636,23 @@ def test_a_lookup_without_the_lock_that_meets_a_seal_midway_looks_again_under_it
     assert links.evictions == 0  # (a read that seals)
     for lookup in lookups:
         lookup.join()
-    assert len(found) == 1 and found[0] is not None and found[0].span_context.span_id == 3
+    assert len(found) == 1 and found[0] is not None and found[0][0].span_id == 3
+
+
+def test_a_plain_batch_indexes_each_dispatch_under_the_key_a_lookup_makes() -> None:
+    """A plain batch makes its index keys at C speed: the same key ``_index_key`` makes for each
+    dispatch's indices, at the edges of what a plain batch holds too."""
+    from gym_instrument.compat import span_context
+    from gym_instrument.link import memory
+
+    pairs = [(0, 0), (1, 0), (0, 1), (7, 3), (2**40 - 1, 0), (2**40 - 1, 2**16 - 1), (123_456_789, 65_535), (5, 2**15)]
+    batch = memory._Batch()
+    kept = batch.add(
+        [span_context(number + 1, number + 1, True) for number in range(len(pairs))],
+        [RolloutIdentity(task_index=task, rollout_index=rollout) for task, rollout in pairs],
+        False,
+    )
+    assert kept == len(pairs) and batch.plain
+    assert list(batch.primaries(0)) == [memory._index_key(task, rollout) for task, rollout in pairs]
+    assert list(batch.primaries(3)) == [memory._index_key(task, rollout) for task, rollout in pairs[3:]]
+    assert len(set(batch.primaries(0))) == len(pairs)

@@ -36,7 +36,7 @@ import weakref
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, lshift, or_, xor
 from typing import Any, NamedTuple
 
 from opentelemetry.trace import SpanContext
@@ -48,7 +48,8 @@ _LOG = logging.getLogger(__name__)
 
 _ATTEMPT_MAX = (1 << 16) - 1  # larger attempts are stored as this and match by indices only
 
-_SMALL_TASK, _SMALL_ROLLOUT = 1 << 40, 1 << 16
+_ROLLOUT_SHIFT = 40
+_SMALL_TASK, _SMALL_ROLLOUT = 1 << _ROLLOUT_SHIFT, 1 << 16
 
 # One dispatch's span context in a batch: its trace id (16 bytes), span id and trace flags, side by
 # side, so that a lookup reads one place of memory, not three.
@@ -67,7 +68,7 @@ def _index_key(task_index: int, rollout_index: int) -> int:
     # index only in the low bits (task << 16 | rollout), a run's keys shared a handful of slots
     # and every insert walked a long probe chain (remembering a dispatch cost 2-3x more).
     if rollout_index < _SMALL_ROLLOUT and task_index < _SMALL_TASK:
-        return (rollout_index << 40) | (task_index ^ rollout_index)
+        return (rollout_index << _ROLLOUT_SHIFT) | (task_index ^ rollout_index)  # (see _Batch.primaries)
     return -(((task_index << 64) | rollout_index) + 1)
 
 
@@ -147,12 +148,9 @@ def _attempt(key: _Key) -> int:
     return 0 if type(key) is int else key.attempt  # type: ignore[union-attr]
 
 
-class DispatchLink(NamedTuple):
-    """A remembered dispatch: its span context and rollout id (None: a dispatch named by its task
-    id and repeat alone had none)."""
-
-    span_context: SpanContext
-    rollout_id: str | None
+# A remembered dispatch: its span context and rollout id (None: a dispatch named by its task id and
+# repeat alone had none). A plain pair: a lookup makes one per dispatch found.
+DispatchLink = tuple[SpanContext, "str | None"]
 
 
 class _Batch:
@@ -204,8 +202,9 @@ class _Batch:
 
     def primaries(self, first: int) -> Any:
         """The index keys of the entries from ``first`` on, in order."""
-        if self.plain:
-            return map(_index_key, self.tasks[first:], self.rollouts[first:])
+        if self.plain:  # (_index_key's small-index key, at C speed: a plain batch's indices are small)
+            tasks, rollouts = self.tasks[first:], self.rollouts[first:]
+            return map(or_, map(lshift, rollouts, repeat(_ROLLOUT_SHIFT)), map(xor, tasks, rollouts))
         return map(_primary, self.keys[first:])
 
     def attempt(self, offset: int) -> int:
@@ -215,8 +214,7 @@ class _Batch:
     def link(self, offset: int, rollout_id: str | None) -> DispatchLink:
         """One entry's link, named ``rollout_id``."""
         trace_id, span_id, flags = _READ(self.records, offset * _RECORD_SIZE)
-        found = span_context(_FROM_BYTES(trace_id, "big"), span_id, flags & 1 == 1)
-        return tuple.__new__(DispatchLink, (found, rollout_id))  # (our own NamedTuple, built directly)
+        return (span_context(_FROM_BYTES(trace_id, "big"), span_id, flags & 1), rollout_id)
 
 
 # What names a rollout a verdict or a verify looks up: (rollout id, task index, repeat), or with a
@@ -486,6 +484,8 @@ class DispatchLinks:
                 attempt_wanted = parsed[2]
         elif bare is None:
             return None  # no indices and no id: it names nothing
+        elif rollout_id is not None:
+            bare = rollout_id  # (the name's own string, equal: the link holds no second copy of it)
         primary = _index_key(task_index, rollout_index)  # (both known here)
         sequence = self._index.get(primary)
         try:
