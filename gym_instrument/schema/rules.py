@@ -8,7 +8,7 @@ of the same attribute name (:data:`CONVERSIONS`). The rules are written here onc
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gym_instrument import semconv
@@ -106,26 +106,36 @@ def checks_of(findings: Any, check_field: str | None = "check") -> list[str]:
     """Sorted, distinct check ids of a list of findings (``check_field`` None: a list of strings)."""
     if not is_a(findings, (list, tuple)):
         return []
-    checks = set()
     try:
-        for finding in findings:
-            check = finding if check_field is None else field(finding, check_field)
-            if type(check) is not str or not check.isascii():
-                check = rollout_id_string(check)
-            if check:
-                checks.add(check)
+        return distinct_checks(findings if check_field is None else [field(finding, check_field) for finding in findings])
     except Exception:  # findings that cannot be read are no findings
         return []
-    return sorted(checks)
+
+
+def distinct_checks(checks: Iterable[Any]) -> list[str]:
+    """Sorted, distinct check ids of what findings name, each a string as a rollout id is (empty
+    ones left out). A schema that reads its own findings' checks directly hands them here."""
+    distinct = set()
+    for check in checks:
+        if type(check) is not str or not check.isascii():
+            check = rollout_id_string(check)
+        if check:
+            distinct.add(check)
+    return sorted(distinct)
 
 
 def verdict_attributes(name: Any, checks: list[str]) -> dict[str, Any]:
     """SPEC section 4: a health span's verdict name and its sorted distinct failed checks."""
-    attributes: dict[str, Any] = {semconv.HEALTH_CHECKS: checks}
+    if type(name) is str and name.isascii():  # (the usual verdict: nothing to make of it)
+        return {_HEALTH_CHECKS: checks, _HEALTH_VERDICT: name}
+    attributes: dict[str, Any] = {_HEALTH_CHECKS: checks}
     text = plain_str(name)
     if text is not None:
-        attributes[semconv.HEALTH_VERDICT] = text if text.isascii() else utf8_safe(text)
+        attributes[_HEALTH_VERDICT] = text if text.isascii() else utf8_safe(text)
     return attributes
+
+
+_HEALTH_CHECKS, _HEALTH_VERDICT = semconv.HEALTH_CHECKS, semconv.HEALTH_VERDICT
 
 
 # What names the dispatch a verdict belongs to: (rollout id, task index, rollout index), or with a

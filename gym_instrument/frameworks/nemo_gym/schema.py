@@ -32,6 +32,7 @@ from gym_instrument.schema.rules import (
     VerdictFacts,
     VerdictName,
     checks_of,
+    distinct_checks,
     model_call_name_attributes,
     model_call_result_attributes,
     outcome_attributes,
@@ -323,7 +324,8 @@ class NemoGymSchema(RolloutSchema):
                         and 0 <= rollout_index <= _INT64_MAX
                         and type(findings) is list
                     ):
-                        checks = checks_of(findings) if findings else []
+                        # (a digest's findings are its Finding models: their checks read directly)
+                        checks = distinct_checks([finding.check for finding in findings]) if findings else []
                         append(((rollout_id or None, task_index, rollout_index), verdict_attributes(name, checks)))
                         continue
             except Exception:
