@@ -100,6 +100,36 @@ def test_a_verify_after_its_dispatch_ended_is_its_child_with_no_health_target(
     check_children(telemetry, scored)
 
 
+def test_a_verify_after_its_dispatch_keeps_what_else_its_context_holds(loop: str, instrument: Any, telemetry: Any) -> None:
+    """Its parent is the ended dispatch; everything else in the caller's context (the trainer's
+    baggage) is in the parent context a span processor or a sampler is given, and an empty one
+    stays empty (as a baggage span processor would read it)."""
+    from opentelemetry import baggage, context
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class BaggageSeen(SpanProcessor):
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, dict[str, object]]] = []
+
+        def on_start(self, span: Any, parent_context: Any = None) -> None:
+            self.seen.append((span.name, dict(baggage.get_all(parent_context))))
+
+    seen = BaggageSeen()
+    telemetry.tracer_provider.add_span_processor(seen)
+    instrument(config=config(loop, BY_TEMPLATE))
+    module = importlib.import_module(loop)
+    rollouts = [module.generate(task, 0) for task in module.TASKS]
+    token = context.attach(baggage.set_baggage("trainer.step", "7"))
+    try:
+        module.score(rollouts[0]["completion"], rollouts[0]["task_id"], 0)
+    finally:
+        context.detach(token)
+    module.score(rollouts[1]["completion"], rollouts[1]["task_id"], 0)
+    assert [baggage_seen for name, baggage_seen in seen.seen if name == semconv.SPAN_VERIFY] == [{"trainer.step": "7"}, {}]
+    dispatches = {span.context.span_id: span.attributes[semconv.ROLLOUT_ID] for span in telemetry.spans(semconv.SPAN_DISPATCH)}
+    assert [dispatches[span.parent.span_id] for span in telemetry.spans(semconv.SPAN_VERIFY)] == ["add-r0", "mul-r0"]
+
+
 @pytest.mark.parametrize("verify_start", [BY_TEMPLATE, BY_TASK], ids=["by-rollout-id", "by-task-and-repeat"])
 def test_several_verifies_of_one_rollout_each_find_it_and_its_health_verdict_still_does(
     loop: str, make_module: Any, instrument: Any, telemetry: Any, verify_start: dict[str, Any]

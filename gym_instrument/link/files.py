@@ -289,6 +289,8 @@ class LinkFiles:
         """Queue an ended dispatch for its run's links file: one append (a thread formats and writes)."""
         writer = self._writers.get(output)
         if writer is None:
+            if not output and self.directory is None:
+                return  # (nowhere known, as folder_for says: told without its call, on every dispatch of such a run)
             writer = self._writer(output)
             if writer is None:
                 return

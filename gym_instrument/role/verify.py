@@ -149,12 +149,17 @@ def dispatch_parent(call: LinkedCall, name: RolloutName, current: Context, attri
             return None
     span_context, rollout_id = link
     if rollout_id is not None:
-        attributes[semconv.ROLLOUT_ID] = rollout_id
+        attributes[_ROLLOUT_ID] = rollout_id
     if SPAN_KEY is None:
         return trace.set_span_in_context(NonRecordingSpan(span_context), current)
+    if not current:  # (the usual verify after: called outside any span, nothing else in context)
+        return Context({SPAN_KEY: NonRecordingSpan(span_context)})
     values = current.copy()  # (a plain dict: a Context does not change in place)
     values[SPAN_KEY] = NonRecordingSpan(span_context)
     return Context(values)
+
+
+_ROLLOUT_ID = semconv.ROLLOUT_ID
 
 
 class BatchVerifyRole(Role):
@@ -222,9 +227,9 @@ class BatchVerifyRole(Role):
             attributes.update(named)
             parent = current
             if link is not None:
-                parent = parent_of(NonRecordingSpan(link.span_context))
-                if link.rollout_id is not None:
-                    attributes[semconv.ROLLOUT_ID] = link.rollout_id
+                parent = parent_of(NonRecordingSpan(link[0]))
+                if link[1] is not None:
+                    attributes[semconv.ROLLOUT_ID] = link[1]
             elif call.where not in self.reported:
                 self.reported.add(call.where)
                 _LOG.warning(
