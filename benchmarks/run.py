@@ -115,7 +115,8 @@ mostly measures the neighbours. The wall-time ratio is shown beside it.
 - **after.** Rollouts generated first (`send_row`, NeMo Gym's rows), then scored. Finding an ended
   dispatch: a memory of that many ended dispatches, indexed, each found once by the code a verify
   after its dispatch runs per call (`role.verify.dispatch_parent`, the span context made the parent
-  of the current context) against a health pass's (`take_many` of every name, a parent each).
+  of the current context) against a health pass's (`take_many` of every name, a parent each), in
+  three times D's rounds (one round's pair moves by up to a fifth on this machine).
   Then whole spans per rollout, side by side on fresh dispatches of their own: a reward function
   scoring the batch in one call (`batch`, per item), a verify called once per rollout whose start
   rules name it (per call), a health pass over as many verdicts (per verdict), and the per-call
@@ -307,10 +308,12 @@ def unmet(rows: list[Row]) -> str:
                 f"- **after**: {verify_us:.2f} us against {health_us:.2f} us per dispatch found. Both find each "
                 "name by the same code (`DispatchLinks.find`): a verify once per call, without the lock once every "
                 "dispatch is indexed; a health pass for all its verdicts under one lock, forgetting each it finds. "
-                "What a verify pays more per call: its own call (`dispatch_parent`), the check that everything is "
-                "indexed, and a copy of the current context for each parent, where a pass copies it once "
-                "(`parents_in`). A verify that scores a batch (`batch`) looks its items up at once, as a health "
-                "pass does (its whole span per item is the next row)."
+                "What a verify does apart from a pass per call: its own call (`dispatch_parent`), the check that "
+                "everything is indexed, a context of its own for each parent (a pass fills one maker, "
+                "`parents_in`), and its lookup made between the spans of its caller, where a pass makes all of "
+                "its lookups together, each reading memory the last one brought into the cache. A verify that "
+                "scores a batch (`batch`) looks its items up at once, as a health pass does (its whole span per "
+                "item is the next row)."
             )
         else:
             paragraphs.append(f"- **{row.case}**: {row.median:.3f} against {row.goal}.")
