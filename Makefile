@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test demo demo-venv bench bench-e2e bench-e2e-smoke bench-e2e-profile fuzz e2e e2e-nemo-gym e2e-verifiers e2e-inspect e2e-envlib e2e-openenv e2e-score-after lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
+.PHONY: venv test demo demo-venv bench bench-instructions valgrind bench-e2e bench-e2e-smoke bench-e2e-profile fuzz e2e e2e-nemo-gym e2e-verifiers e2e-inspect e2e-envlib e2e-openenv e2e-score-after lint clean ui-venv demo-ui demo-ui-stop chromium e2e-ui readme-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,14 @@ clean:
 
 bench: venv
 	$(BIN)/python benchmarks/run.py
+
+# The instructions each judged `make bench` row's two sides execute per call (cachegrind): figures
+# this machine's changing speed does not move. Its own section of RESULTS.md; not part of `make test`.
+bench-instructions: venv valgrind
+	$(BIN)/python benchmarks/instructions.py
+
+valgrind:
+	@command -v valgrind >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; }
 
 # A whole real NeMo Gym 0.7.0 run four ways (none / contrib / full / lean), in e2e's venv; not part of `make test`.
 # It waits up to 10 minutes for a quiet machine, then refuses: BENCH_E2E_ARGS=--force runs anyway (and says so).

@@ -60,7 +60,9 @@ WHOLE_RUN_HAND = Section("whole_run_hand", "benchmarks/whole_run.py --configurat
 WHOLE_RUN_SIZES = Section("whole_run_sizes", "benchmarks/whole_run.py --sizes")
 BOUNDED_READS = Section("bounded_reads", "benchmarks/bounded_reads.py")
 LAUNCH_COST = Section("launch_cost", "benchmarks/launch_cost.py")
+INSTRUCTIONS = Section("instructions", "benchmarks/instructions.py")
 KEPT = (
+    INSTRUCTIONS,
     REPORT_MEMORY,
     BOUNDED_READS,
     WHOLE_RUN,

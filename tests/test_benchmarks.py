@@ -105,3 +105,31 @@ def test_an_unmet_async_goal_is_set_beside_the_parts_no_wrapper_can_do_without()
     assert "this dispatch takes 1.00 us more in the default configuration than without a health target armed" in text
     # 0.58 + 0.25 + 0.43 against 5% of 22.00 us
     assert "Those parts alone take 1.26 us, more than the 1.10 us allowed" in text
+
+
+def test_every_side_the_instruction_count_runs_runs_as_a_process_of_its_own() -> None:
+    """``benchmarks/instructions.py`` counts each side of a judged row in a child process (under
+    valgrind in ``make bench-instructions``): every side runs to its end, with its calls and without."""
+    spec = importlib.util.spec_from_file_location("instructions_bench", BENCHMARKS / "instructions.py")
+    assert spec is not None and spec.loader is not None
+    sys.path.insert(0, str(BENCHMARKS))
+    instructions = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = instructions  # (its dataclasses look their module up)
+    try:
+        spec.loader.exec_module(instructions)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        del sys.modules[spec.name]
+    sides = sorted({side for row in instructions.ROWS for side in row.sides})
+    assert len(sides) == 2 * len(instructions.ROWS)
+    for side, skip in ((side, skip) for side in sides for skip in ((), ("--skip-calls",))):
+        completed = subprocess.run(
+            [sys.executable, str(BENCHMARKS / "instructions.py"), "--side", side, "--calls", "40", "--warm-up", "10", *skip],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert completed.returncode == 0, (side, completed.stderr[-2000:])
+    summary = "==1== \n==1== I   refs:      1,234,567,890\n"
+    assert instructions.instructions_of(summary) == 1_234_567_890
+    assert instructions.per_call(1_000_500, 1_000_000, 50) == 10.0
