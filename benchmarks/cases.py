@@ -1518,65 +1518,75 @@ class _Finder:
         self.link_files = None
 
 
-def _finding(sizes: Sizes) -> tuple[list[float], list[float]]:
-    """Per ended dispatch, in us: found by a verify after it (one name per call, as
-    ``VerifyAfterRole.open_span`` does), and by a health pass (all its verdicts' names at once, as
-    ``verdict_spans`` does), each made the parent of a span in the current context and its rollout
-    id put in that span's attributes (as each does)."""
+RolloutNames = list[tuple[Any, ...]]
+
+
+def finding_memory(first: int, count: int, capacity: int) -> tuple[DispatchLinks, RolloutNames]:
+    """``count`` ended dispatches of tasks from ``first`` on (four repeats each), indexed (as a pass
+    after many dispatches finds them), and the name of each."""
+    from gym_instrument.compat import span_context
+
+    links = DispatchLinks(capacity)
+    for number in range(count):
+        task, repeat = first + number // 4, number % 4
+        links.remember(span_context(number + 1, number + 1, True), RolloutIdentity(None, task, repeat, None, f"{task}-{repeat}"))
+    len(links)
+    return links, [(f"{first + n // 4}-{n % 4}", first + n // 4, n % 4) for n in range(count)]
+
+
+def found_by_verifies(links: DispatchLinks, names: RolloutNames) -> list[Any]:
+    """Each name's parent as a verify after its dispatch makes it (one name per call, as
+    ``VerifyAfterRole.open_span`` does), its rollout id put in the call's start attributes."""
+    from opentelemetry import context as otel_context
+
+    from gym_instrument.role.verify import dispatch_parent
+
+    finder, current, parents = _Finder(links), otel_context.get_current(), []
+    attributes: dict[str, Any] = {}
+    for name in names:
+        parents.append(dispatch_parent(finder, name, current, attributes))  # type: ignore[arg-type]
+    return parents
+
+
+def found_by_a_pass(links: DispatchLinks, names: RolloutNames) -> list[Any]:
+    """Each name's parent as a health pass makes it (all its verdicts' names at once, as
+    ``verdict_spans`` does), its rollout id put in its span's attributes."""
     from opentelemetry import context as otel_context
     from opentelemetry.trace import NonRecordingSpan
 
-    from gym_instrument.compat import parents_in, span_context
-    from gym_instrument.role.verify import dispatch_parent
+    from gym_instrument.compat import parents_in
 
+    parent_of, parents = parents_in(otel_context.get_current()), []
+    attributes: dict[str, Any] = {}
+    for link in links.take_many(names):
+        if link[1] is not None:  # type: ignore[index]  # (every name is found here)
+            attributes[semconv.ROLLOUT_ID] = link[1]  # type: ignore[index]
+        parents.append(parent_of(NonRecordingSpan(link[0])))  # type: ignore[index]
+    return parents
+
+
+def _finding(sizes: Sizes) -> tuple[list[float], list[float]]:
+    """Per ended dispatch, in us: found by a verify after it (:func:`found_by_verifies`) and by a
+    health pass (:func:`found_by_a_pass`), each on a memory of its own."""
     count = sizes.verdicts
 
-    def memory(first: int) -> tuple[DispatchLinks, list[tuple[Any, ...]]]:
-        links = DispatchLinks(sizes.capacity)
-        for number in range(count):
-            task, repeat = first + number // 4, number % 4
-            links.remember(
-                span_context(number + 1, number + 1, True), RolloutIdentity(None, task, repeat, None, f"{task}-{repeat}")
-            )
-        len(links)  # indexed before timing, as a pass after many dispatches finds it
-        return links, [(f"{first + n // 4}-{n % 4}", first + n // 4, n % 4) for n in range(count)]
-
     def prepare(number: int) -> tuple[Any, Any]:
-        return memory(2 * number * count), memory((2 * number + 1) * count)
+        return finding_memory(2 * number * count, count, sizes.capacity), finding_memory(
+            (2 * number + 1) * count, count, sizes.capacity
+        )
 
-    def verify_side(prepared: tuple[Any, Any]) -> float:
-        links, names = prepared[0]
-        finder, current = _Finder(links), otel_context.get_current()
-        parents = []
-        attributes: dict[str, Any] = {}  # (the call's start attributes: the dispatch's rollout id goes there)
+    def side(find: Callable[[DispatchLinks, RolloutNames], list[Any]], at: int) -> Callable[[tuple[Any, Any]], float]:
+        def timed(prepared: tuple[Any, Any]) -> float:
+            links, names = prepared[at]
+            found: list[list[Any]] = []
+            elapsed = seconds(lambda: found.append(find(links, names)))
+            if len(found[0]) != count or None in found[0]:
+                raise AssertionError(f"after: {find.__name__}: a name found no dispatch")
+            return elapsed / count * 1e6
 
-        def run() -> None:
-            for name in names:
-                parents.append(dispatch_parent(finder, name, current, attributes))  # type: ignore[arg-type]
+        return timed
 
-        elapsed = seconds(run)
-        if len(parents) != count or None in parents:
-            raise AssertionError("after: a verify found no dispatch")
-        return elapsed / count * 1e6
-
-    def health_side(prepared: tuple[Any, Any]) -> float:
-        links, names = prepared[1]
-        parents = []
-        attributes: dict[str, Any] = {}  # (each verdict span's attributes: the dispatch's rollout id goes there)
-
-        def run() -> None:
-            parent_of = parents_in(otel_context.get_current())
-            for link in links.take_many(names):
-                if link[1] is not None:  # type: ignore[index]  # (as verdict_spans names its span's rollout)
-                    attributes[semconv.ROLLOUT_ID] = link[1]  # type: ignore[index]
-                parents.append(parent_of(NonRecordingSpan(link[0])))  # type: ignore[index]
-
-        elapsed = seconds(run)
-        if len(parents) != count:
-            raise AssertionError("after: a verdict found no dispatch")
-        return elapsed / count * 1e6
-
-    verify_us, health_us = side_by_side(3 * sizes.verdict_rounds, prepare, verify_side, health_side)
+    verify_us, health_us = side_by_side(3 * sizes.verdict_rounds, prepare, side(found_by_verifies, 0), side(found_by_a_pass, 1))
     return verify_us, health_us
 
 

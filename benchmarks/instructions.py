@@ -162,44 +162,13 @@ def _d_side(side: str, calls: int, warm_up: int, counted: bool) -> None:
 
 
 def _after_side(side: str, calls: int, warm_up: int, counted: bool) -> None:
-    from opentelemetry import context as otel_context
-    from opentelemetry.trace import NonRecordingSpan
-
-    from gym_instrument import semconv
-    from gym_instrument.compat import parents_in, span_context
-    from gym_instrument.link.identity import RolloutIdentity
-    from gym_instrument.link.memory import DispatchLinks
-    from gym_instrument.role.verify import dispatch_parent
-
-    def memory(first: int, count: int) -> tuple[DispatchLinks, list[tuple[Any, ...]]]:
-        links = DispatchLinks(1_000_000)
-        for number in range(count):
-            task, repeat = first + number // 4, number % 4
-            links.remember(
-                span_context(number + 1, number + 1, True), RolloutIdentity(None, task, repeat, None, f"{task}-{repeat}")
-            )
-        len(links)  # indexed before counting, as a pass after many dispatches finds it
-        return links, [(f"{first + n // 4}-{n % 4}", first + n // 4, n % 4) for n in range(count)]
-
-    def verify(links: DispatchLinks, names: list[tuple[Any, ...]]) -> None:
-        finder, current, parents, attributes = cases._Finder(links), otel_context.get_current(), [], {}
-        for name in names:
-            parents.append(dispatch_parent(finder, name, current, attributes))  # type: ignore[arg-type]
-
-    def health(links: DispatchLinks, names: list[tuple[Any, ...]]) -> None:
-        parent_of, parents, attributes = parents_in(otel_context.get_current()), [], {}
-        for link in links.take_many(names):
-            if link[1] is not None:  # type: ignore[index]
-                attributes[semconv.ROLLOUT_ID] = link[1]  # type: ignore[index]
-            parents.append(parent_of(NonRecordingSpan(link[0])))  # type: ignore[index]
-
-    run = {"after_verify": verify, "after_health": health}[side]
-    warm, names = memory(0, warm_up), memory(10**7, calls)
-    run(*warm)
+    find = {"after_verify": cases.found_by_verifies, "after_health": cases.found_by_a_pass}[side]
+    warm, names = cases.finding_memory(0, warm_up, 1_000_000), cases.finding_memory(10**7, calls, 1_000_000)
+    find(*warm)
     gc.collect()
     gc.disable()
     if counted:
-        run(*names)
+        find(*names)
 
 
 SIDES: dict[str, Callable[[str, int, int, bool], None]] = {"a": _a_side, "ad": _a_side, "d": _d_side, "after": _after_side}
