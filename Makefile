@@ -53,7 +53,7 @@ bench: venv
 	$(BIN)/python benchmarks/run.py
 
 # The instructions each judged `make bench` row's two sides execute per call (cachegrind): figures
-# this machine's changing speed does not move. Its own section of RESULTS.md; not part of `make test`.
+# this machine's changing speed barely moves. Its own section of RESULTS.md; not part of `make test`.
 bench-instructions: venv valgrind
 	$(BIN)/python benchmarks/instructions.py
 

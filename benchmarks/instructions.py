@@ -5,10 +5,11 @@
 
 `make bench` times each row's two sides on this shared machine, whose speed moves from one moment to
 the next: a row within a few percent of its goal lands on either side of it from one run to the next.
-This counts what timing cannot settle: the instructions the CPU executes, which do not depend on the
-machine's speed or on the other processes on it. Each side of a row runs twice, in a process of its
-own under `valgrind --tool=cachegrind --cache-sim=no` (PYTHONHASHSEED=0): its set-up and warm-up,
-then its calls; and the same without the calls. Its count per call is the first count less the
+This counts what timing cannot settle: the instructions the CPU executes, which barely depend on the
+machine's speed or on the other processes on it (runs agree within about 1% of a ratio: a thread
+that wakes by the clock, or where memory lands, changes a few branches). Each side of a row runs
+twice, in a process of its own under `valgrind --tool=cachegrind --cache-sim=no`
+(PYTHONHASHSEED=0): its set-up and warm-up, then its calls; and the same without the calls. Its count per call is the first count less the
 second, over the calls. The sides and their set-ups are `benchmarks/cases.py`'s, as `make bench`
 runs them.
 
@@ -247,7 +248,8 @@ def report(measured: list[tuple[Row, float, float]], commit: str, quick: bool) -
         "each judged row's two sides as `make bench` runs them, each in a process of its own under "
         "`valgrind --tool=cachegrind --cache-sim=no` (PYTHONHASHSEED=0), counted after a warm-up; a side's "
         "instructions per call are its process's count less that of the same process without the calls, "
-        "over its calls. A count does not move with the machine's speed: one run is the figure. It is "
+        "over its calls. A count barely moves with the machine's speed (runs agree within about 1% of a "
+        "ratio): one run is the figure. It is "
         "not a time (it leaves out what the instructions wait for, memory not in the cache above all), so the "
         "goals stay judged on `make bench`'s times; this says whether the package's own work is within them.",
         "",
