@@ -9,9 +9,9 @@ This counts what timing cannot settle: the instructions the CPU executes, which 
 machine's speed or on the other processes on it (runs agree within about 1% of a ratio: a thread
 that wakes by the clock, or where memory lands, changes a few branches). Each side of a row runs
 twice, in a process of its own under `valgrind --tool=cachegrind --cache-sim=no`
-(PYTHONHASHSEED=0): its set-up and warm-up, then its calls; and the same without the calls. Its count per call is the first count less the
-second, over the calls. The sides and their set-ups are `benchmarks/cases.py`'s, as `make bench`
-runs them.
+(PYTHONHASHSEED=0): its set-up and warm-up, then its calls; and the same without the calls. Its
+count per call is the first count less the second, over the calls. The sides and their set-ups are
+`benchmarks/cases.py`'s, as `make bench` runs them.
 
 An instruction count is not a time: it leaves out what the instructions wait for (memory not in the
 cache costs a lookup several times its instructions). The goals stay `make bench`'s, judged on time;
