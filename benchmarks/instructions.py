@@ -226,18 +226,13 @@ def count(side: str, calls: int, warm_up: int, counted: bool) -> int:
 
 def measure(rows: tuple[Row, ...], quick: bool) -> Iterator[tuple[Row, float, float]]:
     runs = [(side, counted) for row in rows for side in row.sides for counted in (True, False)]
-    calls = {side: QUICK_CALLS if quick else CALLS[_case_of(side)] for side, _ in runs}
+    calls = {side: QUICK_CALLS if quick else CALLS[row.case] for row in rows for side in row.sides}
     warm_up = QUICK_CALLS if quick else WARM_UP
     with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
         counts = dict(zip(runs, pool.map(lambda run: count(run[0], calls[run[0]], warm_up, run[1]), runs), strict=True))
     for row in rows:
         package, baseline = (per_call(counts[side, True], counts[side, False], calls[side]) for side in row.sides)
         yield row, package, baseline
-
-
-def _case_of(side: str) -> str:
-    prefix = side.split("_", 1)[0]
-    return {"a": "A", "ad": "A", "d": "D", "after": "after"}[prefix]
 
 
 def report(measured: list[tuple[Row, float, float]], commit: str, quick: bool) -> str:
